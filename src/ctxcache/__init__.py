@@ -1,0 +1,50 @@
+"""ctxcache: a dynamic context (KV) cache for LLM inference."""
+
+from .cache import ContextCache, Match
+from .config import CacheConfig, TierConfig, load_config, parse_size
+from .errors import (
+    ConfigError,
+    CtxCacheError,
+    InvalidTokensError,
+    MatchReleasedError,
+    PayloadError,
+    TokenTypeError,
+    TraceError,
+    UnknownPolicyError,
+    UnknownTierError,
+)
+from .index import RadixIndex
+from .keys import BlockHasher, Namespace
+from .policies import Policy, make_policy, policy_names
+from .tiers import MemoryTier, Tier
+from .usage import Usage
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BlockHasher",
+    "CacheConfig",
+    "ConfigError",
+    "ContextCache",
+    "CtxCacheError",
+    "InvalidTokensError",
+    "Match",
+    "MatchReleasedError",
+    "MemoryTier",
+    "Namespace",
+    "PayloadError",
+    "Policy",
+    "RadixIndex",
+    "Tier",
+    "TierConfig",
+    "TokenTypeError",
+    "TraceError",
+    "UnknownPolicyError",
+    "UnknownTierError",
+    "Usage",
+    "__version__",
+    "load_config",
+    "make_policy",
+    "parse_size",
+    "policy_names",
+]

@@ -1,0 +1,43 @@
+"""Every exception ctxcache raises on purpose derives from :class:`CtxCacheError`.
+
+Bad arguments raise the built-in ``ValueError``/``TypeError`` subclasses below, so callers that
+catch the built-ins keep working while ``except CtxCacheError`` still catches everything of ours.
+"""
+
+from __future__ import annotations
+
+
+class CtxCacheError(Exception):
+    """Base class of all ctxcache errors."""
+
+
+class ConfigError(CtxCacheError, ValueError):
+    """A configuration value is missing, malformed or out of range."""
+
+
+class InvalidTokensError(CtxCacheError, ValueError):
+    """Token ids are not non-negative 32-bit integers."""
+
+
+class TokenTypeError(CtxCacheError, TypeError):
+    """Tokens were not given as a sequence of ints or an integer numpy array."""
+
+
+class PayloadError(CtxCacheError, ValueError):
+    """Payloads do not match the blocks they are stored for, or cannot be sized."""
+
+
+class UnknownPolicyError(CtxCacheError, ValueError):
+    """A policy name is not in the registry."""
+
+
+class UnknownTierError(CtxCacheError, ValueError):
+    """A tier kind is not in the registry."""
+
+
+class MatchReleasedError(CtxCacheError, RuntimeError):
+    """A Match was released twice, or used after release."""
+
+
+class TraceError(CtxCacheError, ValueError):
+    """A trace file is missing or has a malformed record."""

@@ -1,0 +1,174 @@
+"""The Policy interface shared by the live cache and the trace simulator.
+
+A policy only tracks order and picks victims; the tier owns storage and byte accounting
+(cachetools' split). The owner calls ``on_insert`` / ``on_hit`` / ``on_remove`` as keys come,
+get used and leave by other means, and ``evict`` when it needs room. ``can_evict`` lets the
+owner veto candidates: the prefix cache only allows unpinned leaves of the radix index; the
+object-semantics simulator passes ``None`` (everything may go).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, ClassVar
+
+Key = Hashable
+CanEvict = Callable[[Any], bool] | None
+Clock = Callable[[], float]
+
+
+class Policy(ABC):
+    """Base of every eviction policy. Subclasses register themselves in ``policies.registry``."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, clock: Clock = time.monotonic) -> None:
+        self.clock = clock
+
+    @abstractmethod
+    def on_insert(self, key: Key) -> None:
+        """A new key is now resident."""
+
+    @abstractmethod
+    def on_hit(self, key: Key) -> None:
+        """A resident key was used."""
+
+    @abstractmethod
+    def on_remove(self, key: Key) -> None:
+        """A resident key left without this policy choosing it (deleted, moved, expired)."""
+
+    @abstractmethod
+    def peek(self, can_evict: CanEvict = None) -> Key | None:
+        """The key ``evict`` would choose now, or None. Changes no state."""
+
+    @abstractmethod
+    def evict(self, can_evict: CanEvict = None) -> Key | None:
+        """Choose a victim allowed by ``can_evict``, forget it and return it (None if none)."""
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def __contains__(self, key: object) -> bool: ...
+
+    def on_hits(self, keys: Iterable[Key]) -> None:
+        for key in keys:
+            self.on_hit(key)
+
+    def params(self) -> dict[str, Any]:
+        """Tunable parameters, reported next to results."""
+        return {}
+
+
+class ScoredPolicy(Policy):
+    """A policy whose victim is the lowest score, via a lazy min-heap.
+
+    Subclasses give each key a score that does not change while the key is untouched (a
+    time-invariant sort key, as in SGLang's radix cache); ties go to the older entry.
+    """
+
+    def __init__(self, clock: Clock = time.monotonic) -> None:
+        super().__init__(clock)
+        self._heap: list[tuple[float, int, Key]] = []
+        self._entry: dict[Key, int] = {}  # key -> sequence number of its live heap entry
+        self._seq = itertools.count()
+
+    @abstractmethod
+    def _score(self, key: Key, hit: bool) -> float:
+        """Score after an insert (hit=False) or a hit (hit=True); may update per-key state."""
+
+    def _forget(self, key: Key) -> None:
+        """Drop per-key state when the key leaves."""
+
+    def _push(self, key: Key, score: float) -> None:
+        seq = next(self._seq)
+        self._entry[key] = seq
+        heapq.heappush(self._heap, (score, seq, key))
+        if len(self._heap) > 2 * len(self._entry) + 64:
+            self._heap = [e for e in self._heap if self._entry.get(e[2]) == e[1]]
+            heapq.heapify(self._heap)
+
+    def on_insert(self, key: Key) -> None:
+        self._push(key, self._score(key, False))
+
+    def on_hit(self, key: Key) -> None:
+        self._push(key, self._score(key, True))
+
+    def on_remove(self, key: Key) -> None:
+        if self._entry.pop(key, None) is not None:
+            self._forget(key)
+
+    def __len__(self) -> int:
+        return len(self._entry)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entry
+
+    def _find(self, can_evict: CanEvict, pop: bool) -> Key | None:
+        heap, entry = self._heap, self._entry
+        skipped: list[tuple[float, int, Key]] = []
+        found = None
+        while heap:
+            item = heap[0]
+            if entry.get(item[2]) != item[1]:
+                heapq.heappop(heap)  # stale: the key was touched or removed since
+                continue
+            if can_evict is None or can_evict(item[2]):
+                found = item[2]
+                if pop:
+                    heapq.heappop(heap)
+                    del entry[found]
+                    self._forget(found)
+                break
+            skipped.append(heapq.heappop(heap))
+        for item in skipped:
+            heapq.heappush(heap, item)
+        return found
+
+    def peek(self, can_evict: CanEvict = None) -> Key | None:
+        return self._find(can_evict, pop=False)
+
+    def evict(self, can_evict: CanEvict = None) -> Key | None:
+        return self._find(can_evict, pop=True)
+
+
+class OrderedPolicy(Policy):
+    """A policy over one ordered dict, victim at the front (LRU, FIFO)."""
+
+    def __init__(self, clock: Clock = time.monotonic) -> None:
+        super().__init__(clock)
+        from collections import OrderedDict
+
+        self._order: OrderedDict[Key, None] = OrderedDict()
+
+    def on_insert(self, key: Key) -> None:
+        self._order[key] = None
+
+    def on_remove(self, key: Key) -> None:
+        self._order.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._order
+
+    def peek(self, can_evict: CanEvict = None) -> Key | None:
+        for key in self._order:
+            if can_evict is None or can_evict(key):
+                return key
+        return None
+
+    def evict(self, can_evict: CanEvict = None) -> Key | None:
+        if can_evict is None:
+            if not self._order:
+                return None
+            return self._order.popitem(last=False)[0]
+        key = self.peek(can_evict)
+        if key is not None:
+            del self._order[key]
+        return key

@@ -1,0 +1,1 @@
+"""Trace readers and (later) the trace-driven simulator."""

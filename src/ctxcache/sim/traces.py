@@ -1,0 +1,54 @@
+"""Trace readers. Records are streamed, never loaded whole."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import TraceError
+
+MOONCAKE_BLOCK = 512
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of a trace. ``blocks`` are ids of its prefix blocks (equal id = reusable KV)."""
+
+    time: float  # seconds
+    input_length: int
+    output_length: int
+    blocks: tuple[int, ...]
+    tenant: str = "default"
+
+
+def read_mooncake(path: str | Path, limit: int | None = None) -> Iterator[Request]:
+    """Mooncake JSONL: ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``."""
+    p = Path(path)
+    if not p.is_file():
+        raise TraceError(f"trace file not found: {p}")
+    with p.open("r", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if limit is not None and lineno > limit:
+                return
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                req = Request(
+                    time=float(rec["timestamp"]) / 1000.0,
+                    input_length=int(rec["input_length"]),
+                    output_length=int(rec["output_length"]),
+                    blocks=tuple(int(h) for h in rec["hash_ids"]),
+                )
+            except (ValueError, KeyError, TypeError) as exc:
+                raise TraceError(f"{p}:{lineno}: malformed Mooncake record: {exc!s}") from None
+            if req.input_length < 0 or any(b < 0 for b in req.blocks):
+                raise TraceError(f"{p}:{lineno}: negative length or block id")
+            yield req
+
+
+def count_lines(path: str | Path) -> int:
+    with Path(path).open("rb") as f:
+        return sum(1 for _ in f)

@@ -1,0 +1,77 @@
+"""MemoryTier (hot): live payload objects in process memory, sized by measuring them."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator, Mapping
+from typing import Any
+
+from ..errors import PayloadError
+from .base import Tier
+
+
+def payload_nbytes(obj: Any) -> int:
+    """Bytes held by a payload: bytes-like, numpy array, torch tensor, or dict/list/tuple of them.
+
+    Array views count their own extent, not their base buffer's. Unknown types are an error rather
+    than a guess, because a wrong size breaks the capacity guarantee.
+    """
+    if isinstance(obj, (bytes, bytearray)):
+        return len(obj)
+    if isinstance(obj, memoryview):
+        return obj.nbytes
+    if isinstance(obj, str):
+        return len(obj.encode())
+    if isinstance(obj, Mapping):
+        return sum(payload_nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(payload_nbytes(v) for v in obj)
+    if obj is None:
+        return 0
+    # numpy arrays and torch tensors both expose an exact .nbytes; avoid importing torch.
+    nbytes = getattr(obj, "nbytes", None)
+    if isinstance(nbytes, int) and hasattr(obj, "shape"):
+        return nbytes
+    raise PayloadError(
+        f"cannot size a payload of type {type(obj).__name__}: use bytes, numpy arrays, "
+        "torch tensors, or dicts/lists of them"
+    )
+
+
+class MemoryTier(Tier):
+    kind = "memory"
+
+    def __init__(self, capacity: int, policy: Any = "lru", **kw: Any) -> None:
+        super().__init__(capacity, policy, **kw)
+        self._data: dict[Hashable, tuple[Any, int]] = {}
+
+    def size_of(self, payload: Any) -> int:
+        return payload_nbytes(payload)
+
+    def get(self, key: Hashable) -> Any | None:
+        item = self._data.get(key)
+        return None if item is None else item[0]
+
+    def put(self, key: Hashable, payload: Any) -> int:
+        size = payload_nbytes(payload)
+        old = self._data.get(key)
+        if old is not None:
+            self.used_bytes -= old[1]
+        self._data[key] = (payload, size)
+        self.used_bytes += size
+        return size
+
+    def delete(self, key: Hashable) -> bool:
+        item = self._data.pop(key, None)
+        if item is None:
+            return False
+        self.used_bytes -= item[1]
+        return True
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def keys(self) -> Iterator[Hashable]:
+        return iter(list(self._data))
