@@ -115,40 +115,52 @@ class ContextCache:
         """Find and pin the longest cached prefix of ``tokens``. Call ``release`` when done."""
         arr = as_token_array(tokens)
         ns = self.namespace(namespace)
-        blocks = self.hasher.block_bytes(arr)
+        n_full = self.hasher.n_blocks(len(arr))
         with self._lock:
-            nodes = self.index.match(self.hasher.iter_keys(blocks, ns), blocks)
-            payloads: list[Any] = []
-            for node in nodes:
-                payload = self.tiers[node.tier].get(node.key)
-                if payload is None:  # unreadable: the prefix ends here
-                    break
-                payloads.append(payload)
-            del nodes[len(payloads) :]
-            by_tier: dict[str, int] = {}
-            # Deepest first, so ancestors end up more recently used than their descendants.
-            for node in reversed(nodes):
-                tier = self.tiers[node.tier]
-                tier.policy.on_hit(node.key)
-                tier.hits += 1
-                by_tier[tier.name] = by_tier.get(tier.name, 0) + self.block_size
-            self.index.pin(nodes)
+            nodes = self.hasher.walk(arr, ns, self.index.getter)
+            payloads, by_tier = self._load(nodes)
+            if nodes:
+                # Pinning the deepest block is enough: its ancestors are not leaves, so none of
+                # the chain can leave the index until release.
+                self.index.pin(nodes[-1:])
             hit = len(nodes) * self.block_size
             c = self._c
             c["lookups"] += 1
             c["hits"] += len(nodes)
-            c["misses"] += len(blocks) - len(nodes)
+            c["misses"] += n_full - len(nodes)
             c["hit_tokens"] += hit
             c["lookup_tokens"] += len(arr)
         usage = Usage(cache_read_tokens=hit, uncached_tokens=len(arr) - hit, by_tier=by_tier)
         return Match(hit, len(nodes), payloads, usage, ns, nodes, _cache=self)
+
+    def _load(self, nodes: list[Node]) -> tuple[list[Any], dict[str, int]]:
+        """Payloads of a matched chain, truncating ``nodes`` at the first unreadable one."""
+        if not nodes:
+            return [], {}
+        keys = [n.key for n in nodes]
+        if len(self.tiers) == 1:  # the common case: one batch call, one tier
+            payloads = self.tiers[0].get_many(keys)
+        else:
+            payloads = [self.tiers[n.tier].get(n.key) for n in nodes]
+        if None in payloads:  # unreadable: the prefix ends there
+            del nodes[payloads.index(None) :]
+            del payloads[len(nodes) :], keys[len(nodes) :]
+        by_tier: dict[str, int] = {}
+        for t, tier in enumerate(self.tiers):
+            mine = keys if len(self.tiers) == 1 else [n.key for n in nodes if n.tier == t]
+            if mine:
+                # Deepest first, so ancestors end up more recently used than their descendants.
+                tier.policy.on_hits(reversed(mine))
+                tier.hits += len(mine)
+                by_tier[tier.name] = len(mine) * self.block_size
+        return payloads, by_tier
 
     def release(self, match: Match) -> None:
         """Unpin a Match's blocks. Releasing twice is an error."""
         if match.released:
             raise MatchReleasedError("this Match was already released")
         with self._lock:
-            self.index.unpin(match._nodes)
+            self.index.unpin(match._nodes[-1:])
             match.released = True
 
     def store(
@@ -167,8 +179,7 @@ class ContextCache:
         """
         arr = as_token_array(tokens)
         ns = self.namespace(namespace)
-        blocks = self.hasher.block_bytes(arr)
-        n = len(blocks)
+        n = self.hasher.n_blocks(len(arr))
         if not isinstance(first_block, int) or not 0 <= first_block <= n:
             raise ValueError(f"first_block must be an int in [0, {n}] for {len(arr)} tokens, got {first_block!r}")
         if isinstance(payloads, (str, bytes)) or not isinstance(payloads, Sequence):
@@ -188,7 +199,7 @@ class ContextCache:
                 )
         created = 0
         with self._lock:
-            keys = list(self.hasher.iter_keys(blocks, ns))
+            keys, blocks = zip(*self.hasher.chain(arr, ns)) if n else ((), ())
             parent: Hashable = ns.root
             if first_block > 0:
                 pnode = self.index.get(keys[first_block - 1])

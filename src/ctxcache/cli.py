@@ -21,7 +21,7 @@ from .sim.traces import MOONCAKE_BLOCK, count_lines, read_mooncake
 
 app = typer.Typer(add_completion=False, help="ctxcache: a dynamic context (KV) cache for LLM inference.")
 console = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 def default_trace(name: str = "mooncake_conversation_trace.jsonl") -> Path:
@@ -63,6 +63,8 @@ def demo(
         _fail(f"trace file not found: {path}")
     if not size > 0:
         _fail(f"--size must be > 0, got {size}")
+    if policy not in policy_names():
+        _fail(f"unknown policy {policy!r}; known: {', '.join(policy_names())}")
     if block_kib < 1:
         _fail(f"--block-kib must be >= 1, got {block_kib}")
     try:
@@ -93,13 +95,21 @@ def demo(
         _fail(str(exc))
         return
     s = cache.stats()
-    table = Table(title=f"ctxcache demo: {path.name}, policy {policy}, size {size:g} of {unique} unique blocks")
-    for col in ("requests", "input tokens", "hit tokens", "token hit ratio", "block hits", "evictions", "req/s"):
-        table.add_column(col, justify="right")
-    table.add_row(
-        f"{s['lookups']:,}", f"{s['lookup_tokens']:,}", f"{s['hit_tokens']:,}", f"{s['token_hit_ratio']:.3f}",
-        f"{s['hits']:,}", f"{s['evictions']:,}", f"{s['lookups'] / elapsed:,.0f}",
-    )  # fmt: skip
+    table = Table(title=f"ctxcache demo: {path.name}, policy {policy}, size {size:g} of {unique:,} unique blocks")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("requests", f"{s['lookups']:,}"),
+        ("input tokens", f"{s['lookup_tokens']:,}"),
+        ("hit tokens", f"{s['hit_tokens']:,}"),
+        ("token hit ratio", f"{s['token_hit_ratio']:.3f}"),
+        ("block hits", f"{s['hits']:,}"),
+        ("blocks stored", f"{s['stored_blocks']:,}"),
+        ("evictions", f"{s['evictions']:,}"),
+        ("requests/s", f"{s['lookups'] / elapsed:,.0f}"),
+    ]
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
 
 

@@ -16,7 +16,7 @@ The set of evictable leaves (unpinned, childless) is maintained incrementally, s
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any
 
 
@@ -58,11 +58,16 @@ class RadixIndex:
     def get(self, key: Hashable) -> Node | None:
         return self._nodes.get(key)
 
-    def match(self, keys: Iterable[Hashable], blocks: Iterable[bytes]) -> list[Node]:
-        """Nodes of the longest verified prefix of (keys, blocks)."""
+    @property
+    def getter(self) -> Callable[[Hashable], Node | None]:
+        """The node dict's own ``get``: no Python frame per call, for the lookup hot loop."""
+        return self._nodes.get
+
+    def match(self, chain: Iterable[tuple[Hashable, bytes]]) -> list[Node]:
+        """Nodes of the longest verified prefix of a request's (key, token bytes) chain."""
         out: list[Node] = []
         nodes = self._nodes
-        for key, data in zip(keys, blocks):
+        for key, data in chain:
             node = nodes.get(key)
             if node is None or node.tokens != data:
                 break

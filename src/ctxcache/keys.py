@@ -12,9 +12,9 @@ keys that leave the process, where another party may see or choose them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 import blake3
 import numpy as np
@@ -28,6 +28,10 @@ HashName = Literal["xxh3", "blake3"]
 HASHES: tuple[str, ...] = ("xxh3", "blake3")
 Tokens = Sequence[int] | np.ndarray
 _INT32_MAX = 2**31 - 1
+
+
+class _Stored(Protocol):
+    tokens: bytes
 
 
 def _field(data: bytes | str) -> bytes:
@@ -83,15 +87,21 @@ def as_token_array(tokens: Tokens) -> np.ndarray:
         raise InvalidTokensError(f"tokens must be one-dimensional, got shape {arr.shape}")
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         raise InvalidTokensError(f"token ids must be integers, got dtype {arr.dtype}")
-    if arr.size and arr.dtype != np.int32:
+    if arr.size and int(_as_unsigned(arr).max()) > _INT32_MAX:
+        # One reduction checks both bounds: viewed as unsigned, a negative id is huge.
         lo, hi = int(arr.min()), int(arr.max())
         if lo < 0:
             raise InvalidTokensError(f"token ids must be non-negative; found {lo}")
-        if hi > _INT32_MAX:
-            raise InvalidTokensError(f"token ids must fit in int32; found {hi}")
-    elif arr.size and int(arr.min()) < 0:
-        raise InvalidTokensError(f"token ids must be non-negative; found {int(arr.min())}")
+        raise InvalidTokensError(f"token ids must fit in int32; found {hi}")
     return np.ascontiguousarray(arr, dtype="<i4")
+
+
+def _as_unsigned(arr: np.ndarray) -> np.ndarray:
+    if arr.dtype.kind == "i" and arr.dtype.itemsize >= 4 and arr.flags.c_contiguous:
+        return arr.view(np.dtype(f"u{arr.dtype.itemsize}"))
+    if arr.dtype.kind == "i":
+        return arr.astype(np.int64).view(np.uint64)
+    return arr
 
 
 def _is_int(x: object) -> bool:
@@ -120,11 +130,56 @@ class BlockHasher:
         s = self._stride
         return [buf[i * s : (i + 1) * s] for i in range(len(arr) // self.block_size)]
 
-    def iter_keys(self, blocks: Sequence[bytes], ns: Namespace, start: int = 0) -> Iterator[bytes]:
-        """Yield the key of each block in order. Lazy, so a cold lookup hashes one block only.
+    def chain(self, arr: np.ndarray, ns: Namespace) -> Iterator[tuple[bytes, bytes]]:
+        """Yield (key, token bytes) of each full block of a validated array, in order."""
+        buf = arr.tobytes()
+        s = self._stride
+        blocks = (buf[i * s : (i + 1) * s] for i in range(len(arr) // self.block_size))
+        if self.hash == "xxh3":
+            parent = ns.root
+            seed = int.from_bytes(ns.secret[16:24], "little")
+            digest = xxhash.xxh3_128_digest
+            for data in blocks:
+                parent = digest(parent + data, seed)
+                yield parent, data
+        else:
+            yield from zip(self.iter_keys(list(blocks), ns), self.block_bytes(arr))
 
-        ``start`` skips the first blocks' yields but still chains through them.
+    def walk(self, arr: np.ndarray, ns: Namespace, get: Callable[[bytes], _Stored | None]) -> list[_Stored]:
+        """The longest prefix of blocks whose key ``get`` finds with equal stored token bytes.
+
+        This is every lookup's hot loop, so hashing and verification are fused into one pass
+        that stops at the first miss (a cold lookup hashes one block) and copies nothing but
+        the parent key: ``startswith`` compares a stored block with the request's buffer in place.
         """
+        if self.hash != "xxh3":
+            out = []
+            for key, data in self.chain(arr, ns):
+                item = get(key)
+                if item is None or item.tokens != data:
+                    break
+                out.append(item)
+            return out
+        buf = arr.tobytes()
+        view = memoryview(buf)
+        same = buf.startswith
+        s = self._stride
+        stream = xxhash.xxh3_128
+        seed = int.from_bytes(ns.secret[16:24], "little")
+        parent = ns.root
+        out = []
+        for off in range(0, (len(arr) // self.block_size) * s, s):
+            h = stream(parent, seed)
+            h.update(view[off : off + s])
+            parent = h.digest()
+            item = get(parent)
+            if item is None or not same(item.tokens, off):
+                break
+            out.append(item)
+        return out
+
+    def iter_keys(self, blocks: Sequence[bytes], ns: Namespace, start: int = 0) -> Iterator[bytes]:
+        """Yield the key of each block in ``blocks`` (token bytes), skipping the first ``start``."""
         parent = ns.root
         if self.hash == "xxh3":
             seed = int.from_bytes(ns.secret[16:24], "little")

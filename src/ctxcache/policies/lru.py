@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterable
+
 from .base import Key, OrderedPolicy
 from .registry import register
 
@@ -12,3 +15,6 @@ class LRU(OrderedPolicy):
 
     def on_hit(self, key: Key) -> None:
         self._order.move_to_end(key)
+
+    def on_hits(self, keys: Iterable[Key]) -> None:
+        deque(map(self._order.move_to_end, keys), maxlen=0)  # the loop runs in C

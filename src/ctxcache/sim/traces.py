@@ -42,8 +42,10 @@ def read_mooncake(path: str | Path, limit: int | None = None) -> Iterator[Reques
                     output_length=int(rec["output_length"]),
                     blocks=tuple(int(h) for h in rec["hash_ids"]),
                 )
-            except (ValueError, KeyError, TypeError) as exc:
-                raise TraceError(f"{p}:{lineno}: malformed Mooncake record: {exc!s}") from None
+            except KeyError as exc:
+                raise TraceError(f"{p}:{lineno}: Mooncake record lacks field {exc}") from None
+            except (ValueError, TypeError) as exc:
+                raise TraceError(f"{p}:{lineno}: malformed Mooncake record: {exc}") from None
             if req.input_length < 0 or any(b < 0 for b in req.blocks):
                 raise TraceError(f"{p}:{lineno}: negative length or block id")
             yield req

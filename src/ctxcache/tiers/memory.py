@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 from ..errors import PayloadError
@@ -42,29 +42,30 @@ class MemoryTier(Tier):
 
     def __init__(self, capacity: int, policy: Any = "lru", **kw: Any) -> None:
         super().__init__(capacity, policy, **kw)
-        self._data: dict[Hashable, tuple[Any, int]] = {}
+        self._data: dict[Hashable, Any] = {}
+        self._sizes: dict[Hashable, int] = {}
 
     def size_of(self, payload: Any) -> int:
         return payload_nbytes(payload)
 
     def get(self, key: Hashable) -> Any | None:
-        item = self._data.get(key)
-        return None if item is None else item[0]
+        return self._data.get(key)
+
+    def get_many(self, keys: Iterable[Hashable]) -> list[Any | None]:
+        return list(map(self._data.get, keys))
 
     def put(self, key: Hashable, payload: Any) -> int:
         size = payload_nbytes(payload)
-        old = self._data.get(key)
-        if old is not None:
-            self.used_bytes -= old[1]
-        self._data[key] = (payload, size)
-        self.used_bytes += size
+        self.used_bytes += size - self._sizes.get(key, 0)
+        self._data[key] = payload
+        self._sizes[key] = size
         return size
 
     def delete(self, key: Hashable) -> bool:
-        item = self._data.pop(key, None)
-        if item is None:
+        if key not in self._data:
             return False
-        self.used_bytes -= item[1]
+        del self._data[key]
+        self.used_bytes -= self._sizes.pop(key)
         return True
 
     def __contains__(self, key: object) -> bool:

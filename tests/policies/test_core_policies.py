@@ -1,0 +1,83 @@
+"""Behaviour specific to lru, fifo, lfu and lfu-decay."""
+
+from __future__ import annotations
+
+import math
+
+from ctxcache.policies import make_policy
+
+from ..conftest import FakeClock
+
+
+def drain(p):
+    out = []
+    while (k := p.evict()) is not None:
+        out.append(k)
+    return out
+
+
+def test_lru_evicts_least_recently_used():
+    p = make_policy("lru")
+    for k in "abcd":
+        p.on_insert(k)
+    p.on_hit("a")
+    p.on_hit("c")
+    assert drain(p) == ["b", "d", "a", "c"]
+
+
+def test_fifo_ignores_hits():
+    p = make_policy("fifo")
+    for k in "abcd":
+        p.on_insert(k)
+    p.on_hit("a")
+    assert drain(p) == ["a", "b", "c", "d"]
+
+
+def test_lfu_evicts_fewest_uses_then_least_recent():
+    p = make_policy("lfu")
+    for k in "abcd":
+        p.on_insert(k)
+    for k in "aabbbc":
+        p.on_hit(k)
+    # d:1, c:2, a:3, b:4
+    assert drain(p) == ["d", "c", "a", "b"]
+    for k in "xy":
+        p.on_insert(k)
+    assert p.evict() == "x"  # tie on count: the older one goes
+
+
+def test_lfu_decay_prefers_recent_over_stale_popular():
+    clock = FakeClock()
+    p = make_policy({"name": "lfu-decay", "decay": math.log(2) / 10}, clock=clock)  # half-life 10 s
+    p.on_insert("old")
+    for _ in range(7):
+        p.on_hit("old")  # 8 uses at t=0
+    clock.advance(40)  # worth 8/16 = 0.5 now
+    p.on_insert("new")  # 1 use at t=40
+    assert math.isclose(p.value("old"), 0.5)
+    assert p.evict() == "old"
+    # Without decay it behaves like LFU.
+    q = make_policy({"name": "lfu-decay", "decay": 0.0}, clock=clock)
+    q.on_insert("old")
+    for _ in range(7):
+        q.on_hit("old")
+    clock.advance(40)
+    q.on_insert("new")
+    assert q.evict() == "new"
+
+
+def test_lfu_decay_accumulates_decayed_hits():
+    clock = FakeClock()
+    p = make_policy({"name": "lfu-decay", "decay": math.log(2) / 10}, clock=clock)
+    p.on_insert("k")
+    clock.advance(10)
+    p.on_hit("k")
+    assert math.isclose(p.value("k"), 1.5)
+
+
+def test_scored_heap_stays_compact():
+    p = make_policy("lfu", clock=FakeClock())
+    p.on_insert(1)
+    for _ in range(10_000):
+        p.on_hit(1)
+    assert len(p._heap) < 200
