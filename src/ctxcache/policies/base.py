@@ -158,17 +158,22 @@ class OrderedPolicy(Policy):
         return key in self._order
 
     def peek(self, can_evict: CanEvict = None) -> Key | None:
+        """The next victim without reordering (a scan past refused keys: not for hot paths)."""
         for key in self._order:
             if can_evict is None or can_evict(key):
                 return key
         return None
 
     def evict(self, can_evict: CanEvict = None) -> Key | None:
+        order = self._order
         if can_evict is None:
-            if not self._order:
-                return None
-            return self._order.popitem(last=False)[0]
-        key = self.peek(can_evict)
-        if key is not None:
-            del self._order[key]
-        return key
+            return order.popitem(last=False)[0] if order else None
+        # A refused key is in use (a parent with children, or pinned): it goes to the back,
+        # like a second chance, so long-lived ancestors are skipped once per cycle, not per call.
+        for _ in range(len(order)):
+            key = next(iter(order))
+            if can_evict(key):
+                del order[key]
+                return key
+            order.move_to_end(key)
+        return None
