@@ -22,9 +22,7 @@ def put(cache, tokens, ns="default", size=None):
     """lookup + store the rest + release, like an integration does. Returns (hit_tokens, usage)."""
     with cache.lookup(tokens, ns) as m:
         n = len(tokens) // BS
-        pl = [
-            (payload_for(ns, tokens, i, BS) if size is None else bytes(size)) for i in range(m.n_blocks, n)
-        ]
+        pl = [(payload_for(ns, tokens, i, BS) if size is None else bytes(size)) for i in range(m.n_blocks, n)]
         usage = cache.store(tokens, pl, ns, first_block=m.n_blocks)
         return m.hit_tokens, m.usage + usage
 
@@ -77,7 +75,9 @@ def test_hash_collision_is_a_miss_never_a_wrong_payload(monkeypatch):
     # Force every block of every prompt to the same key chain: maximal collisions.
     real_chain = BlockHasher.chain
     monkeypatch.setattr(
-        BlockHasher, "chain", lambda self, arr, ns: ((bytes([i]) * 16, d) for i, (_, d) in enumerate(real_chain(self, arr, ns)))
+        BlockHasher,
+        "chain",
+        lambda self, arr, ns: ((bytes([i]) * 16, d) for i, (_, d) in enumerate(real_chain(self, arr, ns))),
     )
     a, b = list(range(8)), list(range(100, 108))
     put(cache, a)

@@ -86,7 +86,10 @@ class EvictingMachine(RuleBasedStateMachine):
         super().__init__()
         self.cap = 10 * 32
         self.cache = ContextCache.from_config(
-            {"block_size": BS, "tiers": [{"kind": "memory", "capacity": self.cap, "policy": "lru", "high": 0.85, "low": 0.6}]}
+            {
+                "block_size": BS,
+                "tiers": [{"kind": "memory", "capacity": self.cap, "policy": "lru", "high": 0.85, "low": 0.6}],
+            }
         )
         self.pinned: list[tuple] = []  # (match, tokens, ns)
 

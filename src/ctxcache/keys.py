@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 import blake3
 import numpy as np
@@ -32,6 +32,9 @@ _INT32_MAX = 2**31 - 1
 
 class _Stored(Protocol):
     tokens: bytes
+
+
+S = TypeVar("S", bound=_Stored)
 
 
 def _field(data: bytes | str) -> bytes:
@@ -145,7 +148,7 @@ class BlockHasher:
         else:
             yield from zip(self.iter_keys(list(blocks), ns), self.block_bytes(arr))
 
-    def walk(self, arr: np.ndarray, ns: Namespace, get: Callable[[bytes], _Stored | None]) -> list[_Stored]:
+    def walk(self, arr: np.ndarray, ns: Namespace, get: Callable[[bytes], S | None]) -> list[S]:
         """The longest prefix of blocks whose key ``get`` finds with equal stored token bytes.
 
         This is every lookup's hot loop, so hashing and verification are fused into one pass
@@ -153,7 +156,7 @@ class BlockHasher:
         the parent key: ``startswith`` compares a stored block with the request's buffer in place.
         """
         if self.hash != "xxh3":
-            out = []
+            out: list[S] = []
             for key, data in self.chain(arr, ns):
                 item = get(key)
                 if item is None or item.tokens != data:
