@@ -67,6 +67,8 @@ class ContextCache:
         self.tiers = list(tiers)
         self.clock = clock
         self.index = RadixIndex()
+        for tier in self.tiers:
+            tier.policy.attach(self.index)
         self._lock = threading.RLock()
         self._namespaces: dict[str, Namespace] = {}
         self._c = dict.fromkeys(
@@ -91,10 +93,11 @@ class ContextCache:
                     f"tiers[{i}] capacity {tc.capacity} B is smaller than one block "
                     f"({cfg.block_size} tokens need at least {min_bytes} B)"
                 )
+            policy = make_policy(tc.policy, clock=clock)
+            if getattr(policy, "offline", False):
+                raise ConfigError(f"tiers[{i}]: policy {policy.name!r} needs the future; it runs in the simulator only")
             try:
-                tiers.append(
-                    tier_cls(tc.capacity, make_policy(tc.policy, clock=clock), high=tc.high, low=tc.low, **tc.options)
-                )
+                tiers.append(tier_cls(tc.capacity, policy, high=tc.high, low=tc.low, **tc.options))
             except TypeError as exc:
                 raise ConfigError(f"tiers[{i}] ({tc.kind}): {exc}") from None
         return cls(tiers, block_size=cfg.block_size, hash=cfg.hash, model=cfg.model, salt=cfg.salt, clock=clock)

@@ -63,6 +63,10 @@ class Policy(ABC):
         """Tunable parameters, reported next to results."""
         return {}
 
+    def attach(self, index: Any) -> None:
+        """Called by the owner with its RadixIndex, for policies that use block structure
+        (depth, children). Most policies ignore it."""
+
 
 class ScoredPolicy(Policy):
     """A policy whose victim is the lowest score, via a lazy min-heap.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..index import RadixIndex
-from ..policies import Policy, make_policy
+from ..policies import POLICIES, Policy, make_policy
 from .costmodel import CostModel
 from .traces import MOONCAKE_BLOCK, Request
 
@@ -104,21 +104,26 @@ def simulate(
     cost_model: CostModel | None = None,
     size_fraction: float | None = None,
     progress: Callable[[int], None] | None = None,
+    partial: bool = False,
 ) -> SimResult:
-    """Replay ``trace`` through a cache of ``capacity`` blocks managed by ``policy``."""
+    """Replay ``trace`` through a cache of ``capacity`` blocks managed by ``policy``.
+
+    ``partial``: in prefix semantics, also cache each request's trailing partial block (the
+    trace's raw block model); by default it is not cached, as in the live cache.
+    """
     if semantics not in SEMANTICS:
         raise ConfigError(f"unknown semantics {semantics!r}; known: {', '.join(SEMANTICS)}")
     if capacity < 1:
         raise ConfigError(f"capacity must be >= 1 block, got {capacity}")
     clock = _TraceClock()
-    pol = policy if isinstance(policy, Policy) else make_policy(policy, clock=clock)
+    pol = policy if isinstance(policy, Policy) else _make(policy, clock, capacity)
     if getattr(pol, "offline", False):
         pol.set_future(trace.next_use)  # type: ignore[attr-defined]
     t0 = time.perf_counter()
     if semantics == "object":
         misses, hit_tokens, saved = _run_object(trace, pol, capacity, clock), 0, 0.0
     else:
-        misses, hit_tokens, saved = _run_prefix(trace, pol, capacity, clock, cost_model, progress)
+        misses, hit_tokens, saved = _run_prefix(trace, pol, capacity, clock, cost_model, progress, partial)
     elapsed = max(time.perf_counter() - t0, 1e-9)
     n = int(trace.stream.size)
     input_tokens = sum(r.input_length for r in trace.requests)
@@ -138,6 +143,14 @@ def simulate(
         hit_tokens=hit_tokens,
         params=pol.params() or None,
     )
+
+
+def _make(spec: str | dict[str, Any], clock: Callable[[], float], capacity: int) -> Policy:
+    name = spec if isinstance(spec, str) else spec.get("name")
+    cls = POLICIES.get(name) if isinstance(name, str) else None
+    if cls is not None and getattr(cls, "needs_capacity", False):
+        return make_policy(spec, clock=clock, capacity=capacity)
+    return make_policy(spec, clock=clock)
 
 
 class _TraceClock:
@@ -185,8 +198,10 @@ def _run_prefix(
     clock: _TraceClock,
     cost: CostModel | None,
     progress: Callable[[int], None] | None,
+    partial: bool,
 ) -> tuple[int, int, float]:
     idx = RadixIndex()
+    pol.attach(idx)
     get = idx.getter
     offline = getattr(pol, "offline", False)
     can_evict = idx.is_evictable
@@ -206,24 +221,33 @@ def _run_prefix(
                 break
             parent = blocks[h]
             h += 1
-        hit_blocks = blocks[:h]
         if h:
-            if offline:
-                _offline_hits(pol, pos, hit_blocks)
-            else:
-                pol.on_hits(reversed(hit_blocks))
-            toks = h * bs if h < n else r.input_length
-            hit_tokens += min(toks, r.input_length)
+            toks = min(h * bs if h < n else r.input_length, r.input_length)
+            hit_tokens += toks
             if cost is not None:
-                saved += cost.saved_s(r.input_length, min(toks, r.input_length))
+                saved += cost.saved_s(r.input_length, toks)
+        new: list[int] = []
         if h < n:
             misses += n - h
-            new = _insert_chain(idx, pol, capacity, blocks, h, parent, pos, offline, can_evict)
-            if offline:
-                _offline_inserts(pol, pos + h, new)
-            else:
-                for b in reversed(new):
-                    pol.on_insert(b)
+            # Like ContextCache, never store a trailing partial block (its id changes when the
+            # next turn extends it), unless the caller asked for the trace's raw block model.
+            full = n if partial or r.input_length >= n * bs else n - 1
+            if h < full:
+                new = _insert_chain(idx, pol, capacity, blocks[:full], h, parent, can_evict)
+        # Deepest block first, new ones before hit ones: every ancestor then looks more recently
+        # used (and, on ties, newer) than its descendants, so victims are found at the leaves.
+        if offline:
+            for j in range(h + len(new) - 1, h - 1, -1):
+                pol.position = pos + j  # type: ignore[attr-defined]
+                pol.on_insert(blocks[j])
+            for j in range(h - 1, -1, -1):
+                pol.position = pos + j  # type: ignore[attr-defined]
+                pol.on_hit(blocks[j])
+        else:
+            for b in reversed(new):
+                pol.on_insert(b)
+            if h:
+                pol.on_hits(reversed(blocks[:h]))
         pos += n
         if progress is not None and (r_i & 255) == 255:
             progress(256)
@@ -239,8 +263,6 @@ def _insert_chain(
     blocks: Sequence[int],
     h: int,
     parent: Any,
-    pos: int,
-    offline: bool,
     can_evict: Callable[[Any], bool],
 ) -> list[int]:
     """Make room (the hit prefix pinned), then index blocks h.. under ``parent``. Returns those placed."""
@@ -265,15 +287,3 @@ def _insert_chain(
         new.append(b)
         parent = b
     return new
-
-
-def _offline_hits(pol: Policy, pos: int, hit_blocks: Iterable[int]) -> None:
-    for j, b in enumerate(hit_blocks):
-        pol.position = pos + j  # type: ignore[attr-defined]
-        pol.on_hit(b)
-
-
-def _offline_inserts(pol: Policy, pos: int, new: list[int]) -> None:
-    for j, b in enumerate(new):
-        pol.position = pos + j  # type: ignore[attr-defined]
-        pol.on_insert(b)
