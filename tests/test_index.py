@@ -70,3 +70,20 @@ def test_chain_walks_to_the_root():
     chain(idx, ["a", "b", "c"])
     assert [n.key for n in idx.chain("c")] == ["a", "b", "c"]
     assert idx.get("c").parent == "b" and idx.get("a").parent == ROOT
+
+
+def test_watchers_see_every_evictable_transition():
+    idx = RadixIndex()
+    seen: dict[object, bool] = {}
+    idx.watch(lambda k, ev: seen.__setitem__(k, ev))
+    chain(idx, ["a", "b"])
+    assert seen == {"a": False, "b": True}
+    idx.pin([idx.get("b")])
+    assert seen["b"] is False
+    idx.unpin([idx.get("b")])
+    assert seen["b"] is True
+    idx.remove("b")
+    assert seen == {"a": True, "b": False}
+    # The watcher's view always equals the index's own evictable set.
+    idx.insert("c", "a", b"c", 1)
+    assert {k for k, ev in seen.items() if ev} == set(idx.evictable())

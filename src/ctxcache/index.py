@@ -45,6 +45,18 @@ class RadixIndex:
     def __init__(self) -> None:
         self._nodes: dict[Hashable, Node] = {}
         self._evictable: dict[Hashable, None] = {}  # insertion-ordered set
+        self._watchers: list[Callable[[Hashable, bool], None]] = []
+
+    def watch(self, fn: Callable[[Hashable, bool], None]) -> None:
+        """Call ``fn(key, evictable)`` whenever a block enters or leaves the evictable set.
+
+        For policies that sample or order evictable leaves themselves (prefix-aware).
+        """
+        self._watchers.append(fn)
+
+    def _became(self, key: Hashable, evictable: bool) -> None:
+        for fn in self._watchers:
+            fn(key, evictable)
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -83,10 +95,13 @@ class RadixIndex:
             if pnode is None:
                 raise KeyError("parent block is not indexed: a chain is inserted from its root")
             pnode.children += 1
-            self._evictable.pop(parent, None)
+            if self._evictable.pop(parent, 0) is None and self._watchers:
+                self._became(parent, False)
         node = Node(key, parent, tokens, depth, tag)
         self._nodes[key] = node
         self._evictable[key] = None
+        if self._watchers:
+            self._became(key, True)
         return node
 
     def remove(self, key: Hashable) -> Node:
@@ -96,17 +111,22 @@ class RadixIndex:
             raise ValueError(f"cannot remove {node!r}: only unpinned leaves leave the index")
         del self._nodes[key]
         del self._evictable[key]
+        if self._watchers:
+            self._became(key, False)
         if node.depth > 0:
             pnode = self._nodes[node.parent]
             pnode.children -= 1
             if pnode.children == 0 and pnode.pins == 0:
                 self._evictable[node.parent] = None
+                if self._watchers:
+                    self._became(node.parent, True)
         return node
 
     def pin(self, nodes: Iterable[Node]) -> None:
         for node in nodes:
             node.pins += 1
-            self._evictable.pop(node.key, None)
+            if self._evictable.pop(node.key, 0) is None and self._watchers:
+                self._became(node.key, False)
 
     def unpin(self, nodes: Iterable[Node]) -> None:
         for node in nodes:
@@ -115,6 +135,8 @@ class RadixIndex:
             node.pins -= 1
             if node.pins == 0 and node.children == 0 and node.key in self._nodes:
                 self._evictable[node.key] = None
+                if self._watchers:
+                    self._became(node.key, True)
 
     def is_evictable(self, key: Hashable) -> bool:
         """True for an unpinned leaf: the only kind of block that may leave the index."""

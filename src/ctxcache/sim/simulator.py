@@ -117,6 +117,7 @@ def simulate(
         raise ConfigError(f"capacity must be >= 1 block, got {capacity}")
     clock = _TraceClock()
     pol = policy if isinstance(policy, Policy) else _make(policy, clock, capacity)
+    pol.clock = clock  # the simulator owns time: trace seconds, for instances passed in too
     if getattr(pol, "offline", False):
         pol.set_future(trace.next_use)  # type: ignore[attr-defined]
     t0 = time.perf_counter()
