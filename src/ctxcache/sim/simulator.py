@@ -105,11 +105,13 @@ def simulate(
     size_fraction: float | None = None,
     progress: Callable[[int], None] | None = None,
     partial: bool = False,
+    on_request: Callable[[Request, int], None] | None = None,
 ) -> SimResult:
     """Replay ``trace`` through a cache of ``capacity`` blocks managed by ``policy``.
 
     ``partial``: in prefix semantics, also cache each request's trailing partial block (the
     trace's raw block model); by default it is not cached, as in the live cache.
+    ``on_request(request, hit_tokens)``: called after each request (prefix semantics).
     """
     if semantics not in SEMANTICS:
         raise ConfigError(f"unknown semantics {semantics!r}; known: {', '.join(SEMANTICS)}")
@@ -124,7 +126,7 @@ def simulate(
     if semantics == "object":
         misses, hit_tokens, saved = _run_object(trace, pol, capacity, clock), 0, 0.0
     else:
-        misses, hit_tokens, saved = _run_prefix(trace, pol, capacity, clock, cost_model, progress, partial)
+        misses, hit_tokens, saved = _run_prefix(trace, pol, capacity, clock, cost_model, progress, partial, on_request)
     elapsed = max(time.perf_counter() - t0, 1e-9)
     n = int(trace.stream.size)
     input_tokens = sum(r.input_length for r in trace.requests)
@@ -200,6 +202,7 @@ def _run_prefix(
     cost: CostModel | None,
     progress: Callable[[int], None] | None,
     partial: bool,
+    on_request: Callable[[Request, int], None] | None = None,
 ) -> tuple[int, int, float]:
     idx = RadixIndex()
     pol.attach(idx)
@@ -222,11 +225,13 @@ def _run_prefix(
                 break
             parent = blocks[h]
             h += 1
+        toks = min(h * bs if h < n else r.input_length, r.input_length) if h else 0
         if h:
-            toks = min(h * bs if h < n else r.input_length, r.input_length)
             hit_tokens += toks
             if cost is not None:
                 saved += cost.saved_s(r.input_length, toks)
+        if on_request is not None:
+            on_request(r, toks)
         new: list[int] = []
         if h < n:
             misses += n - h
