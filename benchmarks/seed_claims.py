@@ -74,7 +74,10 @@ def main() -> None:
             p: [simulate(trace, p, trace.capacity(s)).token_hit_ratio for s in SIZES]
             for p in ("lru", "lfu", "lfu-decay", "lirs")
         }
-        obj = {p: [1 - simulate(trace, p, trace.capacity(s), semantics="object").miss_ratio for s in SIZES] for p in ("lru", "lirs")}
+        obj = {
+            p: [1 - simulate(trace, p, trace.capacity(s), semantics="object").miss_ratio for s in SIZES]
+            for p in ("lru", "lirs")
+        }
         rel = lambda a, b: [(x - y) / y if y else float("nan") for x, y in zip(a, b, strict=True)]  # noqa: E731
         curves = [hit_vs_length(trace, 0.1, "lru"), hit_vs_length(trace, 1.0, "lru")]
         plots.append((short, curves))
@@ -102,7 +105,9 @@ def main() -> None:
                 ax.plot(x, c["token_hit_ratio"], "o-", label=f"{c['policy']} size {c['size']:g}")
                 f = c["fit"]
                 xs = np.linspace(x.min(), x.max(), 100)
-                ax.plot(xs, f["H0"] * np.exp(-f["alpha_per_token"] * xs), "--", label=f"H0 e^(-aL) fit, R2={f['r2']:.2f}")
+                ax.plot(
+                    xs, f["H0"] * np.exp(-f["alpha_per_token"] * xs), "--", label=f"H0 e^(-aL) fit, R2={f['r2']:.2f}"
+                )
             ax.set_xlabel("input length (tokens, decile medians)")
             ax.set_ylabel("token hit ratio")
             ax.set_title(f"{short} trace")

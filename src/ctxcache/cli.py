@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import numpy as np
 import typer
@@ -17,6 +20,9 @@ from . import __version__
 from .cache import ContextCache
 from .errors import CtxCacheError
 from .policies import policy_names
+from .sim.costmodel import PRESETS, get_cost_model
+from .sim.report import plot_curves, render_table, run_grid, to_record
+from .sim.simulator import SEMANTICS, Trace
 from .sim.traces import MOONCAKE_BLOCK, count_lines, read_mooncake
 
 app = typer.Typer(add_completion=False, help="ctxcache: a dynamic context (KV) cache for LLM inference.")
@@ -36,7 +42,7 @@ def default_trace(name: str = "mooncake_conversation_trace.jsonl") -> Path:
     return Path.cwd().parent / "shared" / "traces" / name
 
 
-def _fail(msg: str) -> None:
+def _fail(msg: str) -> NoReturn:
     err.print(f"[red]error:[/red] {msg}", highlight=False)
     raise typer.Exit(2)
 
@@ -111,6 +117,107 @@ def demo(
     for row in rows:
         table.add_row(*row)
     console.print(table)
+
+
+def _parse_sizes(text: str) -> list[float]:
+    sizes = []
+    for part in text.split(","):
+        try:
+            v = float(part.strip())
+        except ValueError:
+            _fail(f"--size: cannot parse {part.strip()!r} as a number (want e.g. 0.01,0.05,0.1 or 2000)")
+        if not (math.isfinite(v) and v > 0):
+            _fail(f"--size must be > 0 (a fraction <= 1 or a block count > 1), got {part.strip()}")
+        sizes.append(v)
+    return sizes
+
+
+def _parse_policies(text: str) -> list[str]:
+    known = policy_names()
+    if text.strip() == "all":
+        return known
+    names = list(dict.fromkeys(p.strip() for p in text.split(",")))  # dedupe, keep order
+    for name in names:
+        if name not in known:
+            _fail(f"unknown policy {name!r}; known: {', '.join(known)} (or 'all')")
+    return names
+
+
+@app.command()
+def simulate(
+    trace: Annotated[
+        Path | None, typer.Option(help="Mooncake JSONL trace (default: the shared conversation trace)")
+    ] = None,
+    policy: Annotated[str, typer.Option(help="comma-separated policies, or 'all' (Belady included)")] = "all",
+    size: Annotated[
+        str, typer.Option(help="comma-separated sizes: <= 1 a fraction of unique blocks, > 1 a block count")
+    ] = "0.01,0.05,0.1,0.2",
+    semantics: Annotated[str, typer.Option(help="prefix (longest cached leading run) or object (every block)")] = (
+        "prefix"
+    ),
+    cost_model: Annotated[
+        str, typer.Option(help=f"prefill cost model for est. seconds saved: {', '.join(sorted(PRESETS))}")
+    ] = "gemma3-270m-cpu",
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per (policy, size) instead of a table")] = (
+        False
+    ),
+    plot: Annotated[Path | None, typer.Option(help="also write miss-ratio curves to this PNG")] = None,
+    limit: Annotated[int | None, typer.Option(help="replay only the first N requests")] = None,
+) -> None:
+    """Replay a trace through the simulator for every (policy, size) and compare miss ratios."""
+    path = trace or default_trace()
+    sizes = _parse_sizes(size)
+    policies = _parse_policies(policy)
+    if semantics not in SEMANTICS:
+        _fail(f"unknown semantics {semantics!r}; known: {', '.join(SEMANTICS)}")
+    if limit is not None and limit < 1:
+        _fail(f"--limit must be >= 1, got {limit}")
+    if plot is not None and not plot.parent.is_dir():
+        _fail(f"--plot: directory does not exist: {plot.parent}")
+    if not path.is_file():
+        _fail(f"trace file not found: {path}")
+    try:
+        cost = get_cost_model(cost_model)
+        tr = Trace(list(read_mooncake(path, limit)))
+        if not tr.requests:
+            _fail(f"trace has no requests: {path}")
+        # Progress goes to stderr so that stdout stays clean for --json and pipes.
+        results = run_grid(tr, policies, sizes, semantics=semantics, cost_model=cost, console=err)
+    except CtxCacheError as exc:
+        _fail(str(exc))
+    if as_json:
+        for r in results:
+            sys.stdout.write(json.dumps(to_record(r, trace=path.name, cost_model=cost.name)) + "\n")
+    else:
+        console.print(
+            f"[bold]{path.name}[/bold]: {semantics} semantics, {len(tr.requests):,} requests, "
+            f"{tr.unique_blocks:,} unique blocks"
+        )
+        console.print(render_table(results))
+    if plot is not None:
+        try:
+            plot_curves(results, plot, path.name)
+        except ImportError:
+            _fail("--plot needs matplotlib: pip install 'ctxcache[sim]'")
+        except OSError as exc:
+            _fail(f"--plot: cannot write {plot}: {exc.strerror or exc}")
+        if not as_json:
+            console.print(f"plot written to {plot}")
+
+
+@app.command()
+def serve(
+    model: Annotated[
+        Path | None, typer.Option(help="local Hugging Face model directory (default: Gemma 3 270M, prepared once)")
+    ] = None,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+    config: Annotated[Path | None, typer.Option(help="server config TOML (see docs/serving.md)")] = None,
+) -> None:
+    """Serve a model over OpenAI- and Anthropic-compatible HTTP APIs, with the context cache."""
+    from .server.cli import serve as run_server  # lazy: FastAPI and torch load only for this command
+
+    run_server(model, host, port, config)
 
 
 def main() -> None:
