@@ -81,3 +81,19 @@ def test_scored_heap_stays_compact():
     for _ in range(10_000):
         p.on_hit(1)
     assert len(p._heap) < 200
+
+
+def test_lfu_decay_rebases_its_epoch_without_changing_order_or_values():
+    clock = FakeClock()
+    p = make_policy({"name": "lfu-decay", "decay": 0.5}, clock=clock)
+    p.on_insert("a")
+    p.on_hit("a")  # 2 uses at t=0
+    clock.advance(10.0)
+    p.on_insert("b")  # 1 use at t=10: worth e^5 / 2 = 74x "a" from now on
+    clock.advance(1300.0)  # decay * dt = 650 > 600: the epoch moves
+    p.on_insert("c")
+    assert p._t0 == clock.t
+    assert math.isclose(p.value("c"), 1.0)
+    assert 0.0 < p.value("a") < p.value("b")
+    assert math.isclose(p.value("b") / p.value("a"), math.exp(5) / 2, rel_tol=1e-9)
+    assert [p.evict(), p.evict(), p.evict()] == ["a", "b", "c"]

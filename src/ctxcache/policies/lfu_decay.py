@@ -1,19 +1,24 @@
 """LFU with exponential decay: value = hits * exp(-decay * seconds since last use).
 
-All keys age by the same factor exp(-decay * dt), so the order by value never changes while keys
-sit untouched; the heap key log(hits) + decay * last_use is that order without floating-point
-overflow. ``decay`` is per second (default ln 2 / 600: a use is worth half after 10 minutes).
-Hits accumulate with decay too: on each use, hits = hits * exp(-decay * dt) + 1.
+Hits accumulate with decay too: on each use, hits = hits * exp(-decay * dt) + 1. All keys age by
+the same factor, so the order by value never changes while keys sit untouched, and a heap over a
+time-invariant key works: we keep S = hits * exp(decay * (last use - t0)), which a use updates
+as S += exp(decay * (now - t0)). The growth factor is computed once per clock value and the
+epoch t0 moves forward (rescaling every S) before it could overflow. ``decay`` is per second
+(default ln 2 / 600: a use is worth half after 10 minutes).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from typing import Any
 
 from ..errors import ConfigError
 from .base import Key, ScoredPolicy
 from .registry import register
+
+_REBASE = 600.0  # rebase when decay * (now - t0) exceeds this: e^600 is far from overflow
 
 
 @register
@@ -25,24 +30,42 @@ class LFUDecay(ScoredPolicy):
         if not decay >= 0:
             raise ConfigError(f"lfu-decay: decay must be >= 0 per second, got {decay!r}")
         self.decay = float(decay)
-        self._state: dict[Key, tuple[float, float]] = {}  # key -> (decayed hits, last use)
+        self._s: dict[Key, float] = {}  # hits scaled to the epoch t0
+        self._t0: float | None = None
+        self._now = math.nan
+        self._growth = 1.0
 
     def params(self) -> dict[str, Any]:
         return {"decay": self.decay}
 
-    def _score(self, key: Key, hit: bool) -> float:
+    def _factor(self) -> float:
         now = self.clock()
-        hits = 1.0
-        if hit and key in self._state:
-            old, last = self._state[key]
-            hits += old * math.exp(-self.decay * max(0.0, now - last))
-        self._state[key] = (hits, now)
-        return math.log(hits) + self.decay * now
+        if now != self._now:
+            if self._t0 is None:
+                self._t0 = now
+            elif self.decay * (now - self._t0) > _REBASE:
+                self._rebase(now)
+            self._now = now
+            self._growth = math.exp(self.decay * (now - self._t0))
+        return self._growth
+
+    def _rebase(self, now: float) -> None:
+        assert self._t0 is not None
+        shrink = math.exp(-self.decay * (now - self._t0))
+        self._t0 = now
+        self._s = {k: v * shrink for k, v in self._s.items()}
+        self._heap = [(self._s[k], seq, k) for _, seq, k in self._heap if self._entry.get(k) == seq]
+        heapq.heapify(self._heap)
+
+    def _score(self, key: Key, hit: bool) -> float:
+        g = self._factor()
+        s = self._s.get(key, 0.0) + g if hit else g
+        self._s[key] = s
+        return s
 
     def _forget(self, key: Key) -> None:
-        self._state.pop(key, None)
+        self._s.pop(key, None)
 
     def value(self, key: Key) -> float:
         """The current decayed hit count of a resident key."""
-        hits, last = self._state[key]
-        return hits * math.exp(-self.decay * max(0.0, self.clock() - last))
+        return self._s[key] / self._factor()
