@@ -25,8 +25,15 @@ lint: install
 test: lint
 	$(BIN)/pytest
 
+# Benchmarks print one JSON line each and write benchmarks/results/. libcachesim (GPL) is a
+# benchmark-only reference: installed here, never imported by src/.
 bench: install
+	$(BIN)/pip install -q libcachesim
 	$(BIN)/python benchmarks/bench_lookup.py
+	$(BIN)/python benchmarks/bench_sim.py
+	$(BIN)/python benchmarks/bench_libcachesim_check.py
+	$(BIN)/python benchmarks/bench_policies.py
+	$(BIN)/python benchmarks/seed_claims.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
