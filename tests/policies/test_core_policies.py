@@ -75,12 +75,19 @@ def test_lfu_decay_accumulates_decayed_hits():
     assert math.isclose(p.value("k"), 1.5)
 
 
-def test_scored_heap_stays_compact():
+def test_lfu_buckets_stay_consistent_under_churn():
     p = make_policy("lfu", clock=FakeClock())
-    p.on_insert(1)
-    for _ in range(10_000):
-        p.on_hit(1)
-    assert len(p._heap) < 200
+    for k in range(100):
+        p.on_insert(k)
+        for _ in range(k % 7):
+            p.on_hit(k)
+    for k in range(0, 100, 3):
+        p.on_remove(k)
+    counts = {k: k % 7 + 1 for k in range(100) if k % 3}
+    order = [p.evict() for _ in range(len(counts))]
+    assert sorted(order) == sorted(counts)
+    assert [counts[k] for k in order] == sorted(counts.values())  # fewest uses first
+    assert p.evict() is None and p._buckets == {}
 
 
 def test_lfu_decay_rebases_its_epoch_without_changing_order_or_values():
@@ -97,3 +104,11 @@ def test_lfu_decay_rebases_its_epoch_without_changing_order_or_values():
     assert 0.0 < p.value("a") < p.value("b")
     assert math.isclose(p.value("b") / p.value("a"), math.exp(5) / 2, rel_tol=1e-9)
     assert [p.evict(), p.evict(), p.evict()] == ["a", "b", "c"]
+
+
+def test_scored_heap_stays_compact():
+    p = make_policy("lfu-decay", clock=FakeClock())
+    p.on_insert(1)
+    for _ in range(10_000):
+        p.on_hit(1)
+    assert len(p._heap) < 200

@@ -1,26 +1,109 @@
-"""LFU: evict the key with the fewest uses; ties go to the least recently used.
+"""LFU: evict the key with the fewest uses; ties go to the key that reached that count first.
 
-Counts start at 1 on insert and are forgotten on eviction (no history of evicted keys).
+Counts start at 1 on insert and are forgotten on eviction (no history of evicted keys), as in
+libCacheSim. O(1) per operation: one insertion-ordered bucket per use count, and the lowest
+non-empty count tracked as keys move up.
 """
 
 from __future__ import annotations
 
-from .base import Key, ScoredPolicy
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+from .base import CanEvict, Key, Policy
 from .registry import register
 
 
 @register
-class LFU(ScoredPolicy):
+class LFU(Policy):
     name = "lfu"
 
-    def __init__(self, **kw: object) -> None:
-        super().__init__(**kw)  # type: ignore[arg-type]
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
         self._count: dict[Key, int] = {}
+        # count -> keys in the order they got it. OrderedDict, not dict: a plain dict that is
+        # drained from the front makes next(iter(...)) walk every deleted slot.
+        self._buckets: dict[int, OrderedDict[Key, None]] = {}
+        self._min = 0
 
-    def _score(self, key: Key, hit: bool) -> float:
-        n = self._count.get(key, 0) + 1 if hit else 1
-        self._count[key] = n
-        return n
+    def on_insert(self, key: Key) -> None:
+        self._count[key] = 1
+        bucket = self._buckets.get(1)
+        if bucket is None:
+            bucket = self._buckets[1] = OrderedDict()
+        bucket[key] = None
+        self._min = 1
 
-    def _forget(self, key: Key) -> None:
-        self._count.pop(key, None)
+    def on_hit(self, key: Key) -> None:
+        n = self._count[key]
+        bucket = self._buckets[n]
+        del bucket[key]
+        if not bucket:
+            del self._buckets[n]
+            if self._min == n:
+                self._min = n + 1
+        self._count[key] = n + 1
+        nxt = self._buckets.get(n + 1)
+        if nxt is None:
+            nxt = self._buckets[n + 1] = OrderedDict()
+        nxt[key] = None
+
+    def _unlink(self, key: Key) -> None:
+        n = self._count.pop(key)
+        bucket = self._buckets[n]
+        del bucket[key]
+        if not bucket:
+            del self._buckets[n]
+            if self._min == n:
+                self._min = next(self._counts_from(n), 0)
+
+    def on_remove(self, key: Key) -> None:
+        if key in self._count:
+            self._unlink(key)
+
+    def __len__(self) -> int:
+        return len(self._count)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._count
+
+    def _counts_from(self, low: int) -> Iterator[int]:
+        """Existing use counts >= low, ascending. Counts are dense near the bottom, so step up
+        one at a time first and sort only when the gaps get long."""
+        buckets = self._buckets
+        n = low
+        for n in range(low, low + 64):
+            if n in buckets:
+                yield n
+        yield from sorted(c for c in list(buckets) if c > n)
+
+    def _victim(self, can_evict: CanEvict, rotate: bool) -> Key | None:
+        if not self._count:
+            return None
+        if can_evict is None:
+            return next(iter(self._buckets[self._min]))
+        for n in self._counts_from(self._min):
+            bucket = self._buckets[n]
+            refused = []
+            found = None
+            for key in bucket:
+                if can_evict(key):
+                    found = key
+                    break
+                refused.append(key)
+            if rotate:  # refused keys are in use: they go behind their equals (second chance)
+                for key in refused:
+                    bucket.move_to_end(key)
+            if found is not None:
+                return found
+        return None
+
+    def peek(self, can_evict: CanEvict = None) -> Key | None:
+        return self._victim(can_evict, rotate=False)
+
+    def evict(self, can_evict: CanEvict = None) -> Key | None:
+        key = self._victim(can_evict, rotate=True)
+        if key is not None:
+            self._unlink(key)
+        return key
