@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import hashlib
 import threading
+import types
 
 import numpy as np
 import pytest
 
+import ctxcache.keys as keys_module
 from ctxcache import ContextCache, MatchReleasedError, Namespace, PayloadError
-from ctxcache.keys import BlockHasher
 
 from .conftest import payload_for
 
@@ -70,17 +72,28 @@ def test_other_model_or_salt_gets_no_hit():
     assert a.hasher.keys(toks, a.namespace()) != b.hasher.keys(toks, b.namespace())
 
 
+class _CollidingXXH3:
+    """xxh3 stand-in whose keys ignore the token bytes: every prompt's block i gets the same key."""
+
+    def __init__(self, parent: bytes, seed: int) -> None:
+        self.parent = bytes(parent)
+
+    def update(self, data: object) -> None:
+        pass
+
+    def digest(self) -> bytes:
+        return hashlib.sha256(self.parent).digest()[:16]
+
+
 def test_hash_collision_is_a_miss_never_a_wrong_payload(monkeypatch):
-    cache = ContextCache.from_config({"block_size": BS, "hash": "blake3"})
-    # Force every block of every prompt to the same key chain: maximal collisions.
-    real_chain = BlockHasher.chain
-    monkeypatch.setattr(
-        BlockHasher,
-        "chain",
-        lambda self, arr, ns: ((bytes([i]) * 16, d) for i, (_, d) in enumerate(real_chain(self, arr, ns))),
+    fake = types.SimpleNamespace(
+        xxh3_128=_CollidingXXH3, xxh3_128_digest=lambda data, seed: _CollidingXXH3(bytes(data[:16]), seed).digest()
     )
+    monkeypatch.setattr(keys_module, "xxhash", fake)
+    cache = make()
     a, b = list(range(8)), list(range(100, 108))
     put(cache, a)
+    assert cache.hasher.keys(a, cache.namespace()) == cache.hasher.keys(b, cache.namespace())  # truly colliding
     m = cache.lookup(b)
     assert m.hit_tokens == 0 and m.payloads == []
     cache.release(m)

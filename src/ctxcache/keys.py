@@ -155,30 +155,35 @@ class BlockHasher:
         that stops at the first miss (a cold lookup hashes one block) and copies nothing but
         the parent key: ``startswith`` compares a stored block with the request's buffer in place.
         """
-        if self.hash != "xxh3":
-            out: list[S] = []
-            for key, data in self.chain(arr, ns):
-                item = get(key)
-                if item is None or item.tokens != data:
-                    break
-                out.append(item)
-            return out
         buf = arr.tobytes()
         view = memoryview(buf)
         same = buf.startswith
         s = self._stride
-        stream = xxhash.xxh3_128
-        seed = int.from_bytes(ns.secret[16:24], "little")
+        end = (len(arr) // self.block_size) * s
         parent = ns.root
-        out = []
-        for off in range(0, (len(arr) // self.block_size) * s, s):
-            h = stream(parent, seed)
-            h.update(view[off : off + s])
-            parent = h.digest()
-            item = get(parent)
-            if item is None or not same(item.tokens, off):
-                break
-            out.append(item)
+        out: list[S] = []
+        if self.hash == "xxh3":
+            stream = xxhash.xxh3_128
+            seed = int.from_bytes(ns.secret[16:24], "little")
+            for off in range(0, end, s):
+                h = stream(parent, seed)
+                h.update(view[off : off + s])
+                parent = h.digest()
+                item = get(parent)
+                if item is None or not same(item.tokens, off):
+                    break
+                out.append(item)
+        else:
+            template = blake3.blake3(key=ns.secret)
+            for off in range(0, end, s):
+                b = template.copy()
+                b.update(parent)
+                b.update(view[off : off + s])
+                parent = b.digest(KEY_BYTES)
+                item = get(parent)
+                if item is None or not same(item.tokens, off):
+                    break
+                out.append(item)
         return out
 
     def iter_keys(self, blocks: Sequence[bytes], ns: Namespace, start: int = 0) -> Iterator[bytes]:
