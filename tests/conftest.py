@@ -1,6 +1,13 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,3 +34,120 @@ def payload_for(namespace: str, tokens: list[int] | tuple[int, ...], block: int,
     """A payload that names exactly which prefix it belongs to, so a wrong hit is detectable."""
     h = hashlib.sha256(namespace.encode() + b"|" + repr(tuple(tokens[: (block + 1) * block_size])).encode())
     return h.digest()
+
+
+# --- throwaway Redis servers ----------------------------------------------------------------------
+# Tier tests run against real redis-server processes on free loopback ports (no fakeredis). A
+# missing redis-server fails these tests: `make test` installs it.
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """One redis-server process: no persistence, loopback only, stopped by the fixture."""
+
+    def __init__(self, workdir: Path, port: int | None = None, cluster: bool = False) -> None:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            pytest.fail("redis-server is not installed: `make test` installs it (apt-get install redis-server)")
+        self.exe, self.workdir, self.cluster = exe, workdir, cluster
+        self.port = port or free_port()
+        self.bus_port = free_port()  # set explicitly: the default (port + 10000) may be taken or invalid
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        args = [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        args += ["--dir", str(self.workdir), "--daemonize", "no", "--protected-mode", "no", "--loglevel", "warning"]
+        if self.cluster:
+            args += ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{self.port}.conf"]
+            args += ["--cluster-node-timeout", "1000", "--cluster-port", str(self.bus_port)]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        import redis
+
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if redis.Redis(port=self.port, socket_timeout=0.5).ping():
+                    return self
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.02)
+        raise RuntimeError(f"redis-server on port {self.port} did not start")
+
+    def client(self) -> Any:
+        import redis
+
+        return redis.Redis(port=self.port, socket_timeout=2)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The shared server's URL, emptied for this test."""
+    redis_server.client().flushall()
+    return redis_server.url
+
+
+@pytest.fixture
+def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
+    """Private servers a test may kill and restart (on the same port)."""
+    made: list[RedisServer] = []
+
+    def make(port: int | None = None) -> RedisServer:
+        server = RedisServer(tmp_path / f"redis-{len(made)}", port).start()
+        made.append(server)
+        return server
+
+    yield make
+    for server in made:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RedisServer]]:
+    """A 3-master Redis Cluster (no replicas), slots split evenly."""
+    base = tmp_path_factory.mktemp("cluster")
+    nodes = [RedisServer(base / str(i), cluster=True).start() for i in range(3)]
+    try:
+        per = 16384 // 3
+        for i, node in enumerate(nodes):
+            hi = 16383 if i == 2 else (i + 1) * per - 1
+            node.client().execute_command("CLUSTER", "ADDSLOTSRANGE", i * per, hi)
+        for node in nodes[1:]:
+            nodes[0].client().execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, node.bus_port)
+        deadline = time.monotonic() + 15
+        while not all(b"cluster_state:ok" in n.client().execute_command("CLUSTER", "INFO") for n in nodes):
+            if time.monotonic() > deadline:
+                raise RuntimeError("redis cluster did not converge")
+            time.sleep(0.05)
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()

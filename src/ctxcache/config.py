@@ -56,6 +56,24 @@ def parse_size(value: int | str) -> int:
     return n
 
 
+_SECONDS = {"": 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
+
+
+def parse_duration(value: float | str, what: str = "duration") -> float:
+    """Seconds from a number or a string like "50ms", "30s", "2h", "7d"."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ConfigError(f"{what} must be seconds or a string like '50ms', '2h', got {value!r}")
+    if isinstance(value, str):
+        m = _DURATION.match(value.lower())
+        if m is None or m.group(2) not in _SECONDS:
+            raise ConfigError(f"cannot parse {what} {value!r}: use e.g. 0.05, '50ms', '30s', '2h', '7d'")
+        value = float(m.group(1)) * _SECONDS[m.group(2)]
+    if not value > 0 or value != value or value == float("inf"):
+        raise ConfigError(f"{what} must be positive and finite, got {value!r}")
+    return float(value)
+
+
 @dataclass
 class TierConfig:
     kind: str
@@ -73,9 +91,11 @@ class CacheConfig:
     model: str = "default"
     salt: str = ""
     tiers: list[TierConfig] = field(default_factory=list)
+    promote: bool = True  # copy blocks hit in a slower tier into the top tier
+    write_buffer: int = 256 << 20  # RAM that queued writes to disk/redis may hold
 
 
-_TOP = {"block_size", "hash", "model", "salt", "tiers"}
+_TOP = {"block_size", "hash", "model", "salt", "tiers", "promote", "write_buffer"}
 _TIER = {"kind", "capacity", "policy", "high", "low", "name"}
 
 
@@ -121,10 +141,15 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str]) -> CacheConf
         if "name" in t:
             tc.options["name"] = str(t["name"])
         tiers.append(tc)
+    promote = data.get("promote", True)
+    if not isinstance(promote, bool):
+        raise ConfigError(f"promote must be true or false, got {promote!r}")
     return CacheConfig(
         block_size=bs,
         hash=h,
         model=str(data.get("model", "default")),
         salt=str(data.get("salt", "")),
         tiers=tiers,
+        promote=promote,
+        write_buffer=parse_size(data.get("write_buffer", 256 << 20)),
     )

@@ -41,3 +41,19 @@ class MatchReleasedError(CtxCacheError, RuntimeError):
 
 class TraceError(CtxCacheError, ValueError):
     """A trace file is missing or has a malformed record."""
+
+
+class CorruptBlockError(CtxCacheError, ValueError):
+    """A stored block failed validation (bad magic, header, length or checksum) and was not used.
+
+    The only exception the codec's decoder raises: an untrusted or damaged blob can never do
+    more than fail to decode.
+    """
+
+
+class MissingDependencyError(ConfigError, ImportError):
+    """A configured feature needs an optional package that is not installed."""
+
+
+class TierUnavailableError(CtxCacheError, RuntimeError):
+    """A slow tier's backend could not be reached; the operation was skipped, not retried."""

@@ -1,22 +1,56 @@
-"""The Tier ABC: a keyed byte store with capacity, watermarks and an eviction policy.
+"""The Tier ABC: a keyed block store with capacity, watermarks and an eviction policy.
 
 A tier owns storage and byte accounting; its ``policy`` only orders keys. The ContextCache
 decides when to evict (watermarks) and where a victim goes (demotion to the next tier, or out of
 the cache), because only it knows the radix index's rules.
+
+Two class flags tell the cache how to drive a tier:
+- ``slow``: storage does I/O. The cache never calls it under its lock: writes and deletes go
+  through the background mover, reads happen between the lookup's two locked phases. A slow tier
+  is therefore thread-safe on its own (one internal lock around its bookkeeping, I/O outside it).
+- ``persistent``: it can hold blocks this process's index does not know (after a restart, or
+  written by another process). The cache probes it for keys missing from the index, verifying the
+  token bytes each block carries in its header.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..errors import ConfigError
+from ..codec import Block, Codec
+from ..errors import ConfigError, PayloadError, TierUnavailableError
 from ..policies import Policy, make_policy
+
+
+@dataclass(frozen=True, slots=True)
+class BlockMeta:
+    """What a block's header records besides its payload: persistent tiers need it to verify and
+    re-index a block they hand back."""
+
+    tokens: bytes = b""
+    parent: bytes = b""
+    depth: int = 0
+
+
+NO_META = BlockMeta()
+
+
+def key_bytes(key: Hashable) -> bytes:
+    """The bytes a serialized tier files a key under (cache keys are 16-byte hashes already)."""
+    if isinstance(key, bytes):
+        return key
+    if isinstance(key, str):
+        return key.encode()
+    raise PayloadError(f"tiers that serialize blocks need bytes or str keys, not {type(key).__name__}")
 
 
 class Tier(ABC):
     kind: ClassVar[str] = ""
+    slow: ClassVar[bool] = False
+    persistent: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -39,6 +73,10 @@ class Tier(ABC):
         self.used_bytes = 0
         self.evictions = 0
         self.hits = 0
+        self.corrupt = 0  # blocks that failed verification, were dropped and counted as misses
+        self.codec: Codec | None = None  # set by tiers that store encoded blobs
+        # Token bytes per block, which encoded headers carry: the cache sets it from block_size.
+        self.token_bytes = 1024
 
     # --- storage, implemented by each backend -------------------------------------------------
     @abstractmethod
@@ -46,8 +84,8 @@ class Tier(ABC):
         """The payload, or None when absent (or unreadable)."""
 
     @abstractmethod
-    def put(self, key: Hashable, payload: Any) -> int:
-        """Store a payload (replacing any old one) and return its size in bytes."""
+    def put(self, key: Hashable, payload: Any, meta: BlockMeta = NO_META) -> int:
+        """Store a payload (replacing any old one) and return the bytes it takes."""
 
     @abstractmethod
     def delete(self, key: Hashable) -> bool:
@@ -60,11 +98,16 @@ class Tier(ABC):
     def __len__(self) -> int: ...
 
     @abstractmethod
-    def keys(self) -> Iterator[Hashable]: ...
+    def keys(self) -> Iterator[Hashable]:
+        """Keys held, oldest first where the tier knows ages (the order a policy learns them in)."""
 
     @abstractmethod
     def size_of(self, payload: Any) -> int:
-        """Bytes this tier would charge for ``payload``."""
+        """Bytes this tier would charge for ``payload`` (an upper bound when compressing)."""
+
+    @abstractmethod
+    def nbytes(self, key: Hashable) -> int:
+        """Bytes charged for a held key (0 if absent)."""
 
     # --- batch variants: backends with round trips override these -------------------------------
     def get_many(self, keys: Iterable[Hashable]) -> list[Any | None]:
@@ -78,6 +121,46 @@ class Tier(ABC):
 
     def contains_many(self, keys: Iterable[Hashable]) -> list[bool]:
         return [k in self for k in keys]
+
+    def load_many(self, keys: Sequence[Hashable], tokens: Sequence[bytes | None]) -> list[Block | None]:
+        """Blocks for ``keys``; a block whose stored token bytes differ from ``tokens[i]`` (when
+        given) is a miss. Tiers that keep headers verify; live-object tiers trust the index."""
+        return [None if p is None else Block(b"", b"", 0, b"", p, 0) for p in self.get_many(keys)]
+
+    def might_contain_many(self, keys: Sequence[Hashable]) -> list[bool]:
+        """False only where the key is surely absent; no I/O (slow tiers answer from memory)."""
+        return self.contains_many(keys)
+
+    # --- blob passthrough: tiers with a codec move encoded blocks without re-encoding them -----
+    def get_blob(self, key: Hashable) -> bytes | None:
+        raise NotImplementedError(f"tier {self.name!r} does not store encoded blocks")
+
+    def put_blob(self, key: Hashable, blob: bytes) -> int:
+        raise NotImplementedError(f"tier {self.name!r} does not store encoded blocks")
+
+    def put_blobs(self, items: Sequence[tuple[Hashable, bytes]]) -> list[bool]:
+        """Write several blobs (one round trip where the backend can); True where one was stored."""
+        out = []
+        for key, blob in items:
+            try:
+                self.put_blob(key, blob)
+                out.append(True)
+            except (OSError, TierUnavailableError):
+                out.append(False)
+        return out
+
+    # --- bookkeeping without I/O -----------------------------------------------------------------
+    def forget(self, key: Hashable) -> None:
+        """Stop charging for ``key`` without touching storage (it was found missing or bad)."""
+        self.delete(key)
+
+    def adopt(self, key: Hashable, nbytes: int) -> None:
+        """Start charging for a block found in shared storage (written by another process)."""
+
+    @property
+    def healthy(self) -> bool:
+        """False while the backend is unreachable: the cache then skips the tier."""
+        return True
 
     # --- watermarks -------------------------------------------------------------------------------
     def over_high(self) -> bool:
@@ -102,4 +185,6 @@ class Tier(ABC):
             "capacity": self.capacity,
             "hits": self.hits,
             "evictions": self.evictions,
+            "corrupt": self.corrupt,
+            "healthy": self.healthy,
         }

@@ -1,12 +1,20 @@
-"""MemoryTier (hot): live payload objects in process memory, sized by measuring them."""
+"""MemoryTier: blocks in process memory, either as live objects (hot) or encoded (warm).
+
+Hot mode keeps the objects the caller stored and hands them back without copies; it charges
+their measured size. Warm mode keeps each block encoded by the codec (optionally fp16/k16v8/int8
+and compressed), so RAM holds more context per byte, and decodes on every load (zero-copy for
+mode raw): a load is verified (checksum, key, token bytes) like one from disk.
+Memory tiers are not thread-safe; the ContextCache only touches them under its lock.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ..errors import PayloadError
-from .base import Tier
+from ..codec import Block, Codec
+from ..errors import ConfigError, CorruptBlockError, PayloadError
+from .base import NO_META, BlockMeta, Tier, key_bytes
 
 
 def payload_nbytes(obj: Any) -> int:
@@ -40,24 +48,83 @@ def payload_nbytes(obj: Any) -> int:
 class MemoryTier(Tier):
     kind = "memory"
 
-    def __init__(self, capacity: int, policy: Any = "lru", **kw: Any) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        policy: Any = "lru",
+        *,
+        mode: str = "hot",
+        codec: str = "raw",
+        compression: str = "none",
+        compression_level: int | None = None,
+        **kw: Any,
+    ) -> None:
         super().__init__(capacity, policy, **kw)
+        if mode not in ("hot", "warm"):
+            raise ConfigError(f"memory tier mode must be 'hot' or 'warm', got {mode!r}")
+        if mode == "hot" and (codec != "raw" or compression != "none"):
+            raise ConfigError("codec and compression apply to mode 'warm' only (hot keeps live objects)")
+        self.mode = mode
+        self.codec = Codec(codec, compression, compression_level) if mode == "warm" else None
         self._data: dict[Hashable, Any] = {}
         self._sizes: dict[Hashable, int] = {}
 
     def size_of(self, payload: Any) -> int:
-        return payload_nbytes(payload)
+        if self.codec is None:
+            return payload_nbytes(payload)
+        return self.codec.encoded_size(payload, 16, self.token_bytes)
+
+    def nbytes(self, key: Hashable) -> int:
+        return self._sizes.get(key, 0)
+
+    def _decode(self, key: Hashable, blob: bytes) -> Block | None:
+        assert self.codec is not None
+        try:
+            return self.codec.decode(blob, key_bytes(key))
+        except CorruptBlockError:
+            self.corrupt += 1
+            self.delete(key)
+            return None
 
     def get(self, key: Hashable) -> Any | None:
-        return self._data.get(key)
+        if self.codec is None:
+            return self._data.get(key)
+        blob = self._data.get(key)
+        block = None if blob is None else self._decode(key, blob)
+        return None if block is None else block.payload
 
     def get_many(self, keys: Iterable[Hashable]) -> list[Any | None]:
-        return list(map(self._data.get, keys))
+        if self.codec is None:
+            return list(map(self._data.get, keys))
+        return [self.get(k) for k in keys]
 
-    def put(self, key: Hashable, payload: Any) -> int:
-        size = payload_nbytes(payload)
+    def load_many(self, keys: Sequence[Hashable], tokens: Sequence[bytes | None]) -> list[Block | None]:
+        if self.codec is None:
+            return super().load_many(keys, tokens)
+        out: list[Block | None] = []
+        for key, want in zip(keys, tokens):
+            blob = self._data.get(key)
+            block = None if blob is None else self._decode(key, blob)
+            out.append(None if block is None or (want is not None and block.tokens != want) else block)
+        return out
+
+    def put(self, key: Hashable, payload: Any, meta: BlockMeta = NO_META) -> int:
+        if self.codec is None:
+            return self._store(key, payload, payload_nbytes(payload))
+        blob = self.codec.encode(payload, key_bytes(key), meta.tokens, meta.parent, meta.depth)
+        return self._store(key, blob, len(blob))
+
+    def get_blob(self, key: Hashable) -> bytes | None:
+        return self._data.get(key) if self.codec is not None else super().get_blob(key)
+
+    def put_blob(self, key: Hashable, blob: bytes) -> int:
+        if self.codec is None:
+            return super().put_blob(key, blob)
+        return self._store(key, bytes(blob), len(blob))
+
+    def _store(self, key: Hashable, value: Any, size: int) -> int:
         self.used_bytes += size - self._sizes.get(key, 0)
-        self._data[key] = payload
+        self._data[key] = value
         self._sizes[key] = size
         return size
 
@@ -76,3 +143,10 @@ class MemoryTier(Tier):
 
     def keys(self) -> Iterator[Hashable]:
         return iter(list(self._data))
+
+    def stats(self) -> dict[str, Any]:
+        out = super().stats()
+        out["mode"] = self.mode
+        if self.codec is not None:
+            out["codec"], out["compression"] = self.codec.mode, self.codec.compression
+        return out

@@ -1,0 +1,397 @@
+"""Block codec: one self-describing, checksummed blob per cached block, decoded without copies.
+
+Layout (little-endian): a fixed header (magic, version, mode, compression, payload kind, key and
+parent lengths, depth, array count, token-bytes length, header length, raw and stored payload
+lengths, xxh3-64 of the stored payload, xxh3-64 of the header); the key, parent key and token
+bytes; an array table (stored and original dtype, shape, name, 64-byte aligned offsets of each
+buffer and of its scale buffer); then the payload's raw buffers, compressed as a whole with lz4
+or zstd when that makes them smaller.
+
+The token bytes let a block read from any tier be verified against the request like an in-memory
+hit, and let a restarted process (or another one sharing a store) index blocks it never wrote.
+Header and payload are both checksummed, so damage is caught before any buffer is interpreted.
+Decoding parses integers and returns numpy views of the blob: no pickle, nothing executable, and
+any inconsistency raises ``CorruptBlockError`` and nothing else.
+
+Modes (how floating-point arrays are stored; other dtypes are always stored as they are):
+``raw`` as given; ``fp16`` float16; ``k16v8`` keys float16 and values int8 with one float16
+scale per token row (arrays at even positions are keys, odd positions values: the
+[K0, V0, K1, V1, ...] layout, which (K, V) pairs per layer give explicitly); ``int8`` every
+float array int8 with per-row scales. Decoding restores each array's original dtype (bfloat16
+comes back as float32, which numpy can represent exactly). Error bounds: docs/storage.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import struct
+import sys
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from .errors import ConfigError, CorruptBlockError, MissingDependencyError, PayloadError
+
+MAGIC = b"CTXB"
+FORMAT_VERSION = 1
+ALIGN = 64
+MODES: tuple[str, ...] = ("raw", "fp16", "k16v8", "int8")
+COMPRESSIONS: tuple[str, ...] = ("none", "lz4", "zstd")
+_FIXED = struct.Struct("<4sHBBBBB1xIIIIQQQQ")  # 60 bytes; header_sum is the last field
+_SUM_AT = _FIXED.size - 8
+FIXED_HEADER_SIZE = _FIXED.size
+_ENTRY = struct.Struct("<BBBBH2xQQQQ")
+_MAX_NDIM, _MAX_ARRAYS, _MAX_NAME = 16, 1 << 16, 1 << 12
+BYTES, LIST, DICT, PAIRS = 0, 1, 2, 3
+_BF16 = 4  # stored as raw 16-bit words; numpy has no bfloat16
+_DTYPES: dict[int, np.dtype[Any]] = {
+    1: np.dtype("<f2"), 2: np.dtype("<f4"), 3: np.dtype("<f8"), _BF16: np.dtype("<u2"),
+    5: np.dtype("i1"), 6: np.dtype("u1"), 7: np.dtype("<i2"), 8: np.dtype("<u2"),
+    9: np.dtype("<i4"), 10: np.dtype("<u4"), 11: np.dtype("<i8"), 12: np.dtype("<u8"), 13: np.dtype("?"),
+}  # fmt: skip
+_CODES = {dt: c for c, dt in reversed(_DTYPES.items())}  # u2 maps to 8, not bf16
+_F16, _I8 = 1, 5
+_FLOATS = {1, 2, 3, _BF16}
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A decoded block: identity and tokens from the header, the payload, the blob's size."""
+
+    key: bytes
+    parent: bytes
+    depth: int
+    tokens: bytes
+    payload: Any
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    key: bytes
+    parent: bytes
+    depth: int
+    tokens: bytes
+    header_len: int
+    total_len: int
+
+
+def _compressor(name: str) -> Any:
+    """The module behind a compression name, or a clear error naming the package to install."""
+    pkg = {"lz4": "lz4.block", "zstd": "zstandard"}[name]
+    try:
+        return importlib.import_module(pkg)
+    except ImportError:
+        raise MissingDependencyError(
+            f"compression {name!r} needs the {pkg.split('.')[0]!r} package: pip install 'ctxcache[redis]'"
+        ) from None
+
+
+_SUPPORTED = "use bytes, or a list/tuple/dict of numpy arrays or CPU torch tensors, or (K, V) pairs of them"
+
+
+def _as_array(x: Any) -> tuple[np.ndarray, int]:
+    """A C-contiguous little-endian array viewing (or copying) ``x``, and its dtype code."""
+    if type(x).__module__.startswith("torch") and hasattr(x, "numpy"):
+        t = x.detach().cpu().contiguous()
+        if str(t.dtype) == "torch.bfloat16":  # numpy has no bfloat16: carry the 16-bit words
+            return t.view(sys.modules["torch"].int16).numpy().view(np.uint16), _BF16
+        x = t.numpy()
+    if not isinstance(x, (np.ndarray, np.generic)):
+        raise PayloadError(f"cannot encode a payload item of type {type(x).__name__}: {_SUPPORTED}")
+    x = np.asarray(x)
+    dt = x.dtype.newbyteorder("<") if x.dtype.byteorder == ">" else x.dtype
+    if dt not in _CODES:
+        raise PayloadError(f"cannot encode arrays of dtype {x.dtype}")
+    # Not ascontiguousarray: it turns 0-d arrays into 1-d ones.
+    x = x if x.flags.c_contiguous and x.dtype == dt else np.array(x, dtype=dt, order="C")
+    return x, _CODES[dt]
+
+
+def _flatten(payload: Any) -> tuple[int, list[tuple[str, np.ndarray, int]]]:
+    """(payload kind, [(name, array, dtype code)])."""
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        return BYTES, [("", np.frombuffer(payload, dtype=np.uint8), 6)]
+    if isinstance(payload, Mapping):
+        if not all(isinstance(k, str) for k in payload):
+            raise PayloadError("array names (dict keys) must be str")
+        return DICT, [(k, *_as_array(v)) for k, v in payload.items()]
+    if isinstance(payload, (list, tuple)):
+        if payload and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in payload):
+            return PAIRS, [("", *_as_array(a)) for pair in payload for a in pair]
+        return LIST, [("", *_as_array(a)) for a in payload]
+    raise PayloadError(f"cannot encode a payload of type {type(payload).__name__}: {_SUPPORTED}")
+
+
+def _quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int8 values and one float16 scale per row (last axis), with |x - q*s| <= s/2 per element."""
+    x32 = x.astype(np.float32, copy=False)
+    amax = np.max(np.abs(x32), axis=-1, keepdims=True, initial=0.0)
+    if not np.isfinite(amax).all():
+        raise PayloadError("cannot quantize non-finite values (nan/inf) to int8")
+    scale = (amax / 127.0).astype(np.float16)
+    if not np.isfinite(scale).all():
+        raise PayloadError("values too large for int8 with float16 scales (|x| > 8.3e6)")
+    # Rounding the scale to float16 may shrink it; bump those rows so q never leaves [-127, 127].
+    low = scale.astype(np.float32) * 127.0 < amax
+    scale[low] = np.nextafter(scale[low], np.float16(np.inf))
+    s32 = scale.astype(np.float32)
+    inv = np.divide(1.0, s32, out=np.zeros_like(s32), where=s32 > 0)
+    q = np.clip(np.rint(x32 * inv), -127, 127).astype(np.int8)
+    return q, scale.reshape(x.shape[:-1])
+
+
+def _to_f16(x: np.ndarray, code: int) -> np.ndarray:
+    src = (x.astype(np.uint32) << 16).view(np.float32) if code == _BF16 else x
+    big = np.abs(src) > 65504.0  # checked on the source: isfinite on float16 is a slow scalar loop
+    if big.any() and np.isfinite(src[big]).any():
+        raise PayloadError("values exceed the float16 range (|x| > 65504): use mode 'raw'")
+    return src.astype(np.float16)
+
+
+# float16 -> float32 by table lookup: exact, and about twice as fast as numpy's scalar cast loop.
+_F16_TO_F32 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+
+
+class Codec:
+    """Encodes payloads into blobs and back, with one mode and compression (validated here)."""
+
+    def __init__(
+        self, mode: str = "raw", compression: str = "none", level: int | None = None, max_bytes: int = 1 << 30
+    ) -> None:
+        if mode not in MODES:
+            raise ConfigError(f"unknown codec mode {mode!r}; known: {', '.join(MODES)}")
+        if compression not in COMPRESSIONS:
+            raise ConfigError(f"unknown compression {compression!r}; known: {', '.join(COMPRESSIONS)}")
+        self.mode, self.compression, self.level, self.max_bytes = mode, compression, level, max_bytes
+        self._mode_id, self._comp_id = MODES.index(mode), COMPRESSIONS.index(compression)
+        if compression != "none":
+            _compressor(compression)  # fail at configuration time, not at the first demotion
+
+    # --- encoding ----------------------------------------------------------------------------------
+    def _storage(self, i: int, code: int, ndim: int, kind: int) -> int:
+        """How array ``i`` is stored: as given (its own code), float16 (_F16) or int8 + scales (_I8)."""
+        if code not in _FLOATS or self.mode == "raw" or kind == BYTES:
+            return code
+        if ndim >= 1 and (self.mode == "int8" or (self.mode == "k16v8" and i % 2 == 1)):
+            return _I8
+        return _F16
+
+    def _plan(self, payload: Any) -> tuple[int, list[tuple[str, int, int, tuple[int, ...], np.ndarray, Any]]]:
+        """(kind, [(name, stored code, original code, shape, stored array, scale or None)])."""
+        kind, arrays = _flatten(payload)
+        out = []
+        for i, (name, a, code) in enumerate(arrays):
+            stored, scale, scode = a, None, self._storage(i, code, a.ndim, kind)
+            if scode == _I8 and code != _I8:
+                stored, scale = _quantize((a.astype(np.uint32) << 16).view(np.float32) if code == _BF16 else a)
+            elif scode != code:
+                stored = _to_f16(a, code)
+            out.append((name, scode, code, tuple(a.shape), stored, scale))
+        return kind, out
+
+    def encode(self, payload: Any, key: bytes, tokens: bytes = b"", parent: bytes = b"", depth: int = 0) -> bytes:
+        """The blob of one block. Raises PayloadError for payloads it cannot represent."""
+        if len(key) > 255 or len(parent) > 255 or not 0 <= depth < 1 << 32:
+            raise PayloadError("block keys are at most 255 bytes and depth fits in 32 bits")
+        kind, plan = self._plan(payload)
+        if len(plan) >= _MAX_ARRAYS:
+            raise PayloadError(f"a block holds fewer than {_MAX_ARRAYS} arrays, got {len(plan)}")
+        table: list[bytes] = []
+        parts: list[Any] = []
+        off = 0
+        for name, scode, code, shape, stored, scale in plan:
+            nm = name.encode()
+            if len(shape) > _MAX_NDIM or len(nm) > _MAX_NAME:
+                raise PayloadError(f"arrays have at most {_MAX_NDIM} dims and {_MAX_NAME}-byte names")
+            spans = []
+            for b in [stored] if scale is None else [stored, scale]:  # each buffer 64-byte aligned
+                parts += [b.reshape(-1).view(np.uint8).data, bytes(-b.nbytes % ALIGN)]
+                spans.append((off, b.nbytes))
+                off += b.nbytes + -b.nbytes % ALIGN
+            (o, n), (so, sn) = spans[0], spans[1] if scale is not None else (0, 0)
+            table.append(_ENTRY.pack(scode, code, len(shape), scale is not None, len(nm), o, n, so, sn))
+            table.append(struct.pack(f"<{len(shape)}Q", *shape) + nm)
+        raw_len, comp = off, 0
+        if self._comp_id:
+            mod, raw = _compressor(self.compression), b"".join(parts)
+            if self.compression == "zstd":
+                packed = mod.ZstdCompressor(level=self.level or 3).compress(raw)
+            else:
+                packed = mod.compress(raw, store_size=False)
+            if len(packed) < raw_len:
+                parts, comp = [packed], self._comp_id
+        h = xxhash.xxh3_64()
+        deque(map(h.update, parts), maxlen=0)
+        payload_len = sum(len(p) for p in parts)
+        var = key + parent + tokens + b"".join(table)
+        hlen = _FIXED.size + len(var) + -(_FIXED.size + len(var)) % ALIGN
+        fixed = [MAGIC, FORMAT_VERSION, self._mode_id, comp, kind, len(key), len(parent), depth, len(plan)]
+        fixed += [len(tokens), hlen, raw_len, payload_len, h.intdigest()]
+        head = bytearray(_FIXED.pack(*fixed, 0) + var + bytes(hlen - _FIXED.size - len(var)))
+        struct.pack_into("<Q", head, _SUM_AT, xxhash.xxh3_64_intdigest(head))
+        return b"".join([head, *parts])
+
+    def encoded_size(self, payload: Any, key_len: int = 16, tokens_len: int = 0) -> int:
+        """Bytes ``encode`` will produce at most (exact without compression), without encoding."""
+        kind, arrays = _flatten(payload)
+        hlen, off = _FIXED.size + 2 * key_len + tokens_len, 0
+        for i, (name, a, code) in enumerate(arrays):
+            hlen += _ENTRY.size + 8 * a.ndim + len(name.encode())
+            scode = self._storage(i, code, a.ndim, kind)
+            sizes = (
+                [a.size, 2 * math.prod(a.shape[:-1])] if scode == _I8 != code else [a.size * _DTYPES[scode].itemsize]
+            )
+            off += sum(n + -n % ALIGN for n in sizes)
+        return hlen + -hlen % ALIGN + off
+
+    # --- decoding ----------------------------------------------------------------------------------
+    def decode(self, blob: Any, key: bytes | None = None) -> Block:
+        """Verify and decode a blob (any codec settings). Raises only CorruptBlockError."""
+        try:
+            return self._decode(blob, key)
+        except CorruptBlockError:
+            raise
+        except Exception as exc:  # a blob must never get anything else out of us
+            raise CorruptBlockError(f"undecodable block: {type(exc).__name__}: {exc}") from None
+
+    def _decode(self, blob: Any, key: bytes | None) -> Block:
+        mv = memoryview(blob).cast("B")
+        head = read_header(mv)
+        if key is not None and head.key != key:
+            raise CorruptBlockError("block key in the header differs from the key it was stored under")
+        if len(mv) != head.total_len:
+            raise CorruptBlockError(f"blob is {len(mv)} B, header says {head.total_len} B (truncated?)")
+        f = _FIXED.unpack_from(mv)
+        mode, comp, kind, n_arrays, raw_len, payload_len, psum = f[2], f[3], f[4], f[8], f[11], f[12], f[13]
+        body = mv[head.header_len :]
+        if xxhash.xxh3_64_intdigest(body) != psum:
+            raise CorruptBlockError("payload checksum mismatch")
+        if comp == 0:
+            if raw_len != payload_len:
+                raise CorruptBlockError("uncompressed payload length mismatch")
+            raw: Any = body
+        else:
+            if raw_len > self.max_bytes:
+                raise CorruptBlockError(f"block claims {raw_len} B uncompressed, over the {self.max_bytes} B limit")
+            raw = self._decompress(COMPRESSIONS[comp], body, raw_len)
+        pos = _FIXED.size + len(head.key) + len(head.parent) + len(head.tokens)
+        arrays = []
+        for _ in range(n_arrays):
+            scode, code, ndim, quant, name_len, off, n, soff, sn = _ENTRY.unpack_from(mv, pos)
+            pos += _ENTRY.size
+            if ndim > _MAX_NDIM or scode not in _DTYPES or code not in _DTYPES or quant > 1:
+                raise CorruptBlockError("bad array entry")
+            shape = struct.unpack_from(f"<{ndim}Q", mv, pos)
+            pos += 8 * ndim
+            name = bytes(mv[pos : pos + name_len]).decode()
+            pos += name_len
+            if pos > head.header_len:
+                raise CorruptBlockError("array table overruns the header")
+            arrays.append((name, _array(raw, raw_len, scode, code, shape, quant, off, n, soff, sn, mode)))
+        return Block(head.key, head.parent, head.depth, head.tokens, _rebuild(kind, arrays), len(mv))
+
+    @staticmethod
+    def _decompress(name: str, body: memoryview, raw_len: int) -> bytes:
+        mod = _compressor(name)
+        zstd = name == "zstd"
+        out = mod.ZstdDecompressor().decompress(body, raw_len) if zstd else mod.decompress(body, raw_len)
+        if len(out) != raw_len:
+            raise CorruptBlockError("decompressed payload length mismatch")
+        return bytes(out)
+
+
+def _array(
+    raw: Any, raw_len: int, scode: int, code: int, shape: tuple[int, ...], quant: int, off: int, n: int, soff: int,
+    sn: int, mode: int,
+) -> np.ndarray:  # fmt: skip
+    dt = _DTYPES[scode]
+    count = math.prod(shape)
+    if off % ALIGN or off + n > raw_len or count * dt.itemsize != n:
+        raise CorruptBlockError("array buffer out of bounds or of the wrong length")
+    if quant:
+        valid = scode == _I8 and code in _FLOATS and MODES[mode] in ("k16v8", "int8")
+    else:
+        valid = scode == code or (scode == _F16 and code in _FLOATS and MODES[mode] != "raw")
+    if not valid:
+        raise CorruptBlockError("stored and original dtypes do not match the mode")
+    # frombuffer refuses an offset at the very end of the buffer, which an empty array may have.
+    a = np.frombuffer(raw, dtype=dt, count=count, offset=off).reshape(shape) if count else np.empty(shape, dt)
+    if quant:
+        rows = shape[:-1] if shape else None
+        if rows is None or soff % ALIGN or soff + sn > raw_len or math.prod(rows) * 2 != sn:
+            raise CorruptBlockError("scale buffer out of bounds or of the wrong length")
+        scale = np.frombuffer(raw, dtype="<f2", count=math.prod(rows), offset=soff).reshape(*rows, 1)
+        if not np.isfinite(scale).all():
+            raise CorruptBlockError("non-finite quantization scale")
+        a = a.astype(np.float32) * scale.astype(np.float32)
+    elif scode == _BF16:
+        return (a.astype(np.uint32) << 16).view(np.float32)
+    target = np.dtype(np.float32) if code == _BF16 else _DTYPES[code]
+    if a.dtype == target:
+        return a
+    if scode == _F16 and target == np.float32:
+        return np.take(_F16_TO_F32, a.view(np.uint16))
+    return a.astype(target)
+
+
+def _rebuild(kind: int, arrays: list[tuple[str, np.ndarray]]) -> Any:
+    if kind == BYTES:
+        if len(arrays) != 1 or arrays[0][1].dtype != np.uint8 or arrays[0][1].ndim != 1:
+            raise CorruptBlockError("a bytes block holds exactly one uint8 vector")
+        return arrays[0][1].tobytes()
+    if kind == DICT and len({n for n, _ in arrays}) == len(arrays):
+        return dict(arrays)
+    if kind == PAIRS and len(arrays) % 2 == 0:
+        return [(arrays[i][1], arrays[i + 1][1]) for i in range(0, len(arrays), 2)]
+    if kind == LIST:
+        return [a for _, a in arrays]
+    raise CorruptBlockError(f"payload kind {kind} does not fit its {len(arrays)} arrays")
+
+
+def read_header(buf: Any) -> Header:
+    """Parse and verify a blob's header (not its payload). ``buf`` needs at least the header's bytes.
+
+    Used on its own to rebuild a disk index from file heads. Raises only CorruptBlockError.
+    """
+    try:
+        mv = memoryview(buf).cast("B")
+        if len(mv) < _FIXED.size:
+            raise CorruptBlockError(f"blob of {len(mv)} B is shorter than a block header")
+        f = _FIXED.unpack_from(mv)
+        magic, version, mode, comp, kind, klen, plen, depth, _, tlen, hlen = f[:11]
+        if magic != MAGIC:
+            raise CorruptBlockError("not a ctxcache block (bad magic)")
+        if version != FORMAT_VERSION:
+            raise CorruptBlockError(f"block format version {version}, this build reads {FORMAT_VERSION}")
+        if mode >= len(MODES) or comp >= len(COMPRESSIONS) or kind > PAIRS:
+            raise CorruptBlockError("unknown mode, compression or payload kind")
+        if hlen % ALIGN or hlen < _FIXED.size + klen + plen + tlen or hlen > len(mv):
+            raise CorruptBlockError("bad header length (truncated?)")
+        h = xxhash.xxh3_64()
+        h.update(mv[:_SUM_AT])
+        h.update(bytes(8))
+        h.update(mv[_SUM_AT + 8 : hlen])
+        if h.intdigest() != f[14]:
+            raise CorruptBlockError("header checksum mismatch")
+        p = _FIXED.size
+        key, parent = bytes(mv[p : p + klen]), bytes(mv[p + klen : p + klen + plen])
+        tokens = bytes(mv[p + klen + plen : p + klen + plen + tlen])
+        return Header(key, parent, depth, tokens, hlen, hlen + f[12])
+    except CorruptBlockError:
+        raise
+    except Exception as exc:
+        raise CorruptBlockError(f"undecodable block header: {type(exc).__name__}: {exc}") from None
+
+
+def header_length(prefix: Any) -> int:
+    """Header length from the first FIXED_HEADER_SIZE bytes (unverified: read_header checks it)."""
+    mv = memoryview(prefix).cast("B")
+    if len(mv) < _FIXED.size or bytes(mv[:4]) != MAGIC:
+        raise CorruptBlockError("not a ctxcache block (bad magic or too short)")
+    return int(_FIXED.unpack_from(mv)[10])

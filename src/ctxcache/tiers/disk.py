@@ -1,0 +1,222 @@
+"""DiskTier: one encoded block per file under a sharded directory.
+
+Layout: ``<path>/blocks/<first key byte, hex>/<key hex>.blk``, temp files in ``<path>/tmp``, and a
+``LOCK`` file. Writes are atomic: the blob goes to a temp file, is fsynced, then renamed over the
+final name, so a reader (or a process restarted after a crash) sees the old block, the new
+block, or nothing, never a torn one. Data is fsynced before the rename, so a rename that survives
+a power loss points at complete data; the directory is not fsynced (a lost rename is a miss).
+
+On start the index (key -> size) is rebuilt by reading every file's header: a file whose header
+fails its checksum, names another key, or whose length differs from what its header says
+(truncated) is deleted and counted in ``corrupt``. Payload checksums are verified on each load;
+a block that fails is deleted, counted and returned as a miss. The index is exact, so lookups of
+absent keys cost no I/O (no Bloom filter needed).
+
+One process owns a directory at a time (an exclusive ``flock`` on LOCK; a second opener gets a
+ConfigError); the lock dies with its process, so a SIGKILLed owner leaves nothing to clean but
+temp files, which the next owner removes. Thread-safe: one lock guards the index and counters;
+file I/O happens outside it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from collections.abc import Hashable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..codec import FIXED_HEADER_SIZE, Block, Codec, header_length, read_header
+from ..errors import ConfigError, CorruptBlockError
+from .base import NO_META, BlockMeta, Tier, key_bytes
+
+
+class DiskTier(Tier):
+    kind = "disk"
+    slow = True
+    persistent = True
+
+    def __init__(
+        self,
+        capacity: int,
+        policy: Any = "lru",
+        *,
+        path: str | os.PathLike[str] | None = None,
+        codec: str = "raw",
+        compression: str = "none",
+        compression_level: int | None = None,
+        fsync: bool = True,
+        **kw: Any,
+    ) -> None:
+        super().__init__(capacity, policy, **kw)
+        if path is None:
+            raise ConfigError("a disk tier needs a 'path' (a directory it may own)")
+        self.codec = self._codec = Codec(codec, compression, compression_level)
+        self.fsync = bool(fsync)
+        self.root = Path(path).expanduser()
+        self._blocks, self._tmp = self.root / "blocks", self.root / "tmp"
+        try:
+            self._blocks.mkdir(parents=True, exist_ok=True)
+            self._tmp.mkdir(exist_ok=True)
+            self._lock_fd = os.open(self.root / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"disk tier path {str(self.root)!r} is not usable: {exc}") from None
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock_fd)
+            raise ConfigError(f"disk tier path {str(self.root)!r} is in use by another process") from None
+        self._lock = threading.Lock()
+        self._index: dict[bytes, int] = {}  # key -> file size, oldest first
+        self.recovered = 0
+        self._rebuild()
+
+    # --- start-up ----------------------------------------------------------------------------------
+    def _rebuild(self) -> None:
+        for tmp in self._tmp.iterdir():  # left by a writer that died before its rename
+            tmp.unlink(missing_ok=True)
+        found: list[tuple[int, bytes, int]] = []
+        for shard in sorted(self._blocks.iterdir()):
+            for f in shard.glob("*.blk"):
+                entry = self._check(f)
+                if entry is None:
+                    self.corrupt += 1
+                    f.unlink(missing_ok=True)
+                else:
+                    found.append(entry)
+        for _, key, size in sorted(found):
+            self._index[key] = size
+            self.used_bytes += size
+        self.recovered = len(found)
+
+    def _check(self, f: Path) -> tuple[int, bytes, int] | None:
+        """(mtime, key, size) of a file whose header is intact and whose length matches it."""
+        try:
+            with f.open("rb", buffering=0) as fh:
+                st = os.fstat(fh.fileno())
+                prefix = fh.read(FIXED_HEADER_SIZE)
+                head = prefix + fh.read(max(0, header_length(prefix) - len(prefix)))
+            h = read_header(head)
+            if h.total_len != st.st_size or h.key.hex() + ".blk" != f.name:
+                return None
+            return st.st_mtime_ns, h.key, st.st_size
+        except (OSError, CorruptBlockError):
+            return None
+
+    # --- paths and raw I/O ------------------------------------------------------------------------
+    def _path(self, kb: bytes) -> Path:
+        return self._blocks / kb[:1].hex() / f"{kb.hex()}.blk"
+
+    def _read(self, kb: bytes) -> bytes | None:
+        try:
+            with self._path(kb).open("rb", buffering=0) as fh:
+                return fh.read()  # sized from fstat, read into an uninitialised buffer: one copy
+        except FileNotFoundError:
+            return None
+
+    def _write(self, kb: bytes, blob: Any) -> int:
+        final = self._path(kb)
+        tmp = self._tmp / f"{kb.hex()}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            with tmp.open("wb", buffering=0) as fh:
+                fh.write(blob)
+                if self.fsync:
+                    os.fsync(fh.fileno())
+            try:
+                os.replace(tmp, final)
+            except FileNotFoundError:  # first block of its shard
+                final.parent.mkdir(exist_ok=True)
+                os.replace(tmp, final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        size = len(memoryview(blob))
+        with self._lock:
+            self.used_bytes += size - self._index.pop(kb, 0)
+            self._index[kb] = size
+        return size
+
+    def _drop(self, kb: bytes, unlink: bool) -> bool:
+        with self._lock:
+            size = self._index.pop(kb, None)
+            if size is not None:
+                self.used_bytes -= size
+        if unlink:
+            try:
+                self._path(kb).unlink()
+                return True
+            except FileNotFoundError:
+                pass
+        return size is not None
+
+    def _verified(self, kb: bytes) -> tuple[Block, bytes] | None:
+        buf = self._read(kb)
+        if buf is None:
+            self._drop(kb, unlink=False)
+            return None
+        try:
+            return self._codec.decode(buf, kb), buf
+        except CorruptBlockError:
+            with self._lock:
+                self.corrupt += 1
+            self._drop(kb, unlink=True)
+            return None
+
+    # --- the Tier interface -----------------------------------------------------------------------
+    def get(self, key: Hashable) -> Any | None:
+        got = self._verified(key_bytes(key))
+        return None if got is None else got[0].payload
+
+    def load_many(self, keys: Sequence[Hashable], tokens: Sequence[bytes | None]) -> list[Block | None]:
+        out: list[Block | None] = []
+        for key, want in zip(keys, tokens):
+            got = self._verified(key_bytes(key))
+            out.append(None if got is None or (want is not None and got[0].tokens != want) else got[0])
+        return out
+
+    def get_blob(self, key: Hashable) -> bytes | None:
+        got = self._verified(key_bytes(key))
+        return None if got is None else got[1]
+
+    def put(self, key: Hashable, payload: Any, meta: BlockMeta = NO_META) -> int:
+        kb = key_bytes(key)
+        return self._write(kb, self._codec.encode(payload, kb, meta.tokens, meta.parent, meta.depth))
+
+    def put_blob(self, key: Hashable, blob: bytes) -> int:
+        return self._write(key_bytes(key), blob)
+
+    def delete(self, key: Hashable) -> bool:
+        return self._drop(key_bytes(key), unlink=True)
+
+    def forget(self, key: Hashable) -> None:
+        self._drop(key_bytes(key), unlink=False)
+
+    def size_of(self, payload: Any) -> int:
+        return self._codec.encoded_size(payload, 16, self.token_bytes)
+
+    def nbytes(self, key: Hashable) -> int:
+        return self._index.get(key_bytes(key), 0)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, (bytes, str)) and key_bytes(key) in self._index
+
+    def contains_many(self, keys: Any) -> list[bool]:
+        return [k in self for k in keys]
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def keys(self) -> Iterator[Hashable]:
+        with self._lock:
+            return iter(list(self._index))
+
+    def close(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = -1
+
+    def stats(self) -> dict[str, Any]:
+        out = super().stats()
+        out.update(path=str(self.root), codec=self._codec.mode, recovered=self.recovered)
+        return out

@@ -1,0 +1,315 @@
+"""Hierarchy: which tier holds each block, and how blocks move between tiers.
+
+``Node.tier`` is the fastest tier holding a block: loads go there. Slower tiers may hold clean
+copies (a block promoted out of a slow tier keeps its copy there, so demoting it again costs no
+write); ``Node.tier == LOST`` marks a block whose payload failed to load: a miss until a store
+repairs it. Each tier's policy tracks what that tier holds, copies included; persistent tiers may
+also hold orphans, blocks the index does not know (left by an earlier run), which are evicted (or
+written back) like any other block.
+
+Room is made with logical byte counts (``used``): a tier's own count plus writes queued into it
+minus blocks queued to leave it, so decisions never wait for the mover. Every method runs under
+the cache's lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..codec import Block
+from ..errors import PayloadError
+from ..index import Node, RadixIndex
+from ..keys import BlockHasher, Namespace
+from .base import NO_META, BlockMeta, Tier
+from .mover import Move, Mover
+
+LOST = -1
+DISCOVER_BATCH = 32  # blocks probed per round trip when looking for blocks the index lacks
+
+
+def meta_of(node: Node) -> BlockMeta:
+    parent = node.parent if isinstance(node.parent, bytes) else b""
+    return BlockMeta(node.tokens, parent, node.depth)
+
+
+class Hierarchy:
+    def __init__(
+        self,
+        tiers: Sequence[Tier],
+        index: RadixIndex,
+        lock: threading.RLock,
+        counters: dict[str, int],
+        *,
+        promote: bool = True,
+        write_buffer: int = 256 << 20,
+    ) -> None:
+        self.tiers = list(tiers)
+        self.index = index
+        self.c = counters
+        self.last = len(self.tiers) - 1
+        self.promote = promote
+        self.write_buffer = write_buffer
+        self.mover = Mover(self.tiers, lock, self._moved)
+        self.persistent = [t for t, tier in enumerate(self.tiers) if tier.persistent]
+        self.all_memory = not any(t.slow or t.persistent for t in self.tiers)
+        self._can = [self._can_evict(t) for t in range(len(self.tiers))]
+
+    def _can_evict(self, t: int) -> Callable[[Any], bool]:
+        if self.all_memory:  # no copies, orphans or moves in flight: the index decides alone
+            return self.index.is_evictable if t == self.last else self.index.is_unpinned
+        pending, get, idx, last = self.mover.pending, self.index.get, self.index, t == self.last
+
+        def can(key: Any) -> bool:
+            if key in pending:
+                return False  # in flight: it leaves once it has landed
+            node = get(key)
+            if node is None or node.tier != t:
+                return True  # an orphan, or a copy of a block held by a faster tier
+            return idx.is_evictable(key) if last else node.pins == 0
+
+        return can
+
+    # --- accounting ----------------------------------------------------------------------------------
+    def used(self, t: int) -> int:
+        return self.tiers[t].used_bytes + self.mover.inflow[t] - self.mover.outflow[t]
+
+    def free(self, t: int) -> int:
+        return self.tiers[t].capacity - self.used(t)
+
+    def room(self, t: int, size: int) -> bool:
+        """Make room for ``size`` bytes in tier ``t``; False if it cannot be made."""
+        free = self.free(t)
+        return size <= free or (size <= self.tiers[t].capacity and self.make_room(t, size - free))
+
+    def drain(self) -> None:
+        """Bring every tier above its high watermark back down to its low one."""
+        for t, tier in enumerate(self.tiers):
+            used = self.used(t)
+            if used > tier.high * tier.capacity:
+                self.make_room(t, used - int(tier.low * tier.capacity))
+
+    # --- leaving a tier ------------------------------------------------------------------------------
+    def make_room(self, t: int, nbytes: int) -> bool:
+        """Demote or evict from tier ``t`` until ``nbytes`` are freed. False if it could not."""
+        tier, can = self.tiers[t], self._can[t]
+        goal = self.used(t) - nbytes
+        while self.used(t) > goal:
+            key = tier.policy.evict(can)
+            if key is None:
+                return False
+            if not self._leave(t, key):
+                tier.policy.on_insert(key)  # no room below and still needed: it stays
+                return False
+            tier.evictions += 1
+        return True
+
+    def _leave(self, t: int, key: Hashable) -> bool:
+        node = self.index.get(key)
+        if node is not None and node.tier == t:
+            if t < self.last and self._demote(t, key, node):
+                return True
+            if not self.index.is_evictable(key):
+                return False
+            self._drop(t, key)
+            self.index.remove(key)
+            self.c["evictions"] += 1
+            self.prune(node.parent)
+            return True
+        if node is None and t < self.last and self._demote(t, key, None):
+            return True  # an orphan: written back like any block
+        self._drop(t, key)  # a copy, or an orphan with nowhere to go
+        return True
+
+    def _drop(self, t: int, key: Hashable) -> None:
+        tier = self.tiers[t]
+        if tier.slow:
+            self.mover.submit(Move(key, t, None, NO_META, release=tier.nbytes(key), delete_src=True))
+        else:
+            tier.delete(key)
+
+    def _demote(self, t: int, key: Hashable, node: Node | None) -> bool:
+        """Move a block from tier ``t`` into ``t + 1`` (queued when that tier is slow)."""
+        d = t + 1
+        src, dst = self.tiers[t], self.tiers[d]
+        if not dst.healthy:
+            return False
+        if key in dst.policy:  # a clean copy is already there: nothing to write
+            self._drop(t, key)
+        else:
+            payload: Any = None
+            blob = None
+            if src.slow:
+                size = src.nbytes(key)  # same-codec estimate; the mover charges the real size
+            elif (
+                src.codec
+                and dst.codec
+                and (src.codec.mode, src.codec.compression)
+                == (
+                    dst.codec.mode,
+                    dst.codec.compression,
+                )
+            ):
+                blob = src.get_blob(key)
+                size = len(blob) if blob is not None else 0
+            else:
+                payload = src.get(key)
+                size = dst.size_of(payload) if payload is not None else 0
+            if (payload is None and blob is None and not src.slow) or not self.room(d, size):
+                return False
+            meta = meta_of(node) if node is not None else NO_META
+            if dst.slow:
+                held = 0 if src.slow else size
+                if held and self.mover.buffered + held > self.write_buffer:
+                    self.c["demotions_skipped"] += 1  # the write buffer is full: never wait for it
+                    return False
+                release = src.nbytes(key) if src.slow else 0
+                self.mover.submit(Move(key, t, d, meta, payload, blob, size, release, held, delete_src=src.slow))
+                if not src.slow:
+                    src.delete(key)
+            else:
+                if blob is not None:
+                    dst.put_blob(key, blob)
+                else:
+                    dst.put(key, payload, meta)
+                src.delete(key)
+            dst.policy.on_insert(key)
+        if node is not None:
+            node.tier = d
+        self.c["demotions"] += 1
+        return True
+
+    # --- entering a tier -----------------------------------------------------------------------------
+    def place(self, t: int, node: Node, payload: Any, size: int, blob: bytes | None = None) -> None:
+        """Put a block into tier ``t`` (room already made): inline in RAM, queued for slow tiers.
+        ``blob``: the payload already encoded with the tier's codec."""
+        tier = self.tiers[t]
+        if tier.slow:
+            held = None if blob is not None else payload
+            self.mover.submit(Move(node.key, None, t, meta_of(node), held, blob, size, 0, size))
+        elif blob is not None:
+            tier.put_blob(node.key, blob)
+        else:
+            tier.put(node.key, payload, meta_of(node))
+        node.tier = t
+
+    def promote_hit(self, node: Node, payload: Any, t: int) -> None:
+        """Copy (slow tiers) or move (RAM tiers) a block that was just loaded from tier ``t`` into
+        the top tier. Skipped when there is no room, the write buffer is full, or it is in flight."""
+        if not self.promote or t == 0 or node.tier != t or node.key in self.mover.pending:
+            return
+        top = self.tiers[0]
+        try:
+            size = top.size_of(payload)
+        except PayloadError:
+            return
+        if (top.slow and self.mover.buffered + size > self.write_buffer) or not self.room(0, size):
+            return
+        self.place(0, node, payload, size)
+        top.policy.on_insert(node.key)
+        src = self.tiers[t]
+        if not src.slow:
+            src.delete(node.key)
+            src.policy.on_remove(node.key)
+        self.c["promotions"] += 1
+
+    # --- blocks the index does not know ------------------------------------------------------------
+    def discover(self, hasher: BlockHasher, arr: np.ndarray, ns: Namespace, start: int) -> list[tuple[int, Block]]:
+        """Lock released: blocks ``start``.. that persistent tiers hold but the index does not know
+        (written before a restart, or by another process). Keys come from the request's tokens;
+        each tier's filter skips sure misses without I/O; each block's stored tokens must match."""
+        blocks = hasher.block_bytes(arr)
+        keys = list(hasher.iter_keys(blocks, ns, start))
+        tiers = [t for t in self.persistent if self.tiers[t].healthy]
+        out: list[tuple[int, Block]] = []
+        for b0 in range(0, len(keys), DISCOVER_BATCH):
+            ks = keys[b0 : b0 + DISCOVER_BATCH]
+            toks = blocks[start + b0 : start + b0 + len(ks)]
+            maybe = {t: self.tiers[t].might_contain_many(ks) for t in tiers}
+            # Past the first block no tier may hold, nothing can extend the prefix.
+            limit = next((j for j in range(len(ks)) if not any(m[j] for m in maybe.values())), len(ks))
+            got: list[tuple[int, Block] | None] = [None] * limit
+            for t in tiers:  # fastest first; a false positive falls through to the next tier
+                ask = [j for j in range(limit) if got[j] is None and maybe[t][j]]
+                if not ask:
+                    continue
+                for j, block in zip(ask, self.tiers[t].load_many([ks[j] for j in ask], [toks[j] for j in ask])):
+                    if block is not None:
+                        got[j] = (t, block)
+            run = next((j for j, g in enumerate(got) if g is None), limit)
+            out.extend(g for g in got[:run] if g is not None)
+            if run < len(ks):
+                break
+        return out
+
+    def attach(
+        self, found: list[tuple[int, Block]], parent: Hashable, depth: int, tag: Any
+    ) -> Iterator[tuple[Node, Any, int]]:
+        """Under the lock: index discovered blocks under ``parent`` (pinned by the caller), pin
+        each, and yield (node, payload, tier). Stops where the chain no longer fits."""
+        for t, block in found:
+            key = block.key
+            m = self.mover.pending.get(key)
+            if m is not None and m.dst is None and m.src == t:
+                return  # being deleted from that tier
+            node = self.index.get(key)
+            if node is None:
+                node = self.index.insert(key, parent, block.tokens, depth, tag=tag)
+                node.tier = t
+            elif node.tokens != block.tokens:
+                return
+            elif node.tier == LOST:
+                node.tier = t
+            tier = self.tiers[t]
+            if node.tier == t and key not in tier.policy:
+                tier.policy.on_insert(key)
+                tier.adopt(key, block.nbytes)
+            self.index.pin([node])
+            self.c["discovered"] += 1
+            yield node, block.payload, t
+            parent, depth = key, depth + 1
+
+    # --- losses --------------------------------------------------------------------------------------
+    def lose(self, node: Node, t: int) -> None:
+        """A load of ``node`` from tier ``t`` failed (missing, corrupt, unreachable)."""
+        if node.tier != t or node.key in self.mover.pending:
+            return  # already handled, or in flight (the mover reports the outcome)
+        tier = self.tiers[t]
+        tier.policy.on_remove(node.key)
+        tier.forget(node.key)
+        node.tier = LOST
+        self.c["lost"] += 1
+        self.prune(node.key)
+
+    def prune(self, key: Hashable) -> None:
+        """Remove lost blocks that have become unpinned leaves (they have nothing left to serve)."""
+        while True:
+            node = self.index.get(key)
+            if node is None or node.tier != LOST or not self.index.is_evictable(key):
+                return
+            self.index.remove(key)
+            if node.depth == 0:
+                return
+            key = node.parent
+
+    def _moved(self, m: Move) -> None:
+        """The mover's report, under the lock. Only failed writes need anything done."""
+        if m.dst is None or m.ok:
+            return
+        self.c["write_errors"] += 1
+        dst = self.tiers[m.dst]
+        dst.policy.on_remove(m.key)
+        dst.forget(m.key)
+        node = self.index.get(m.key)
+        src = self.tiers[m.src] if m.src is not None else None
+        if src is not None and src.slow and m.key in src:  # still where it was: it stays there
+            src.policy.on_insert(m.key)
+            if node is not None and node.tier == m.dst:
+                node.tier = m.src if m.src is not None else LOST
+        elif node is not None and node.tier == m.dst:
+            node.tier = LOST
+            self.c["lost"] += 1
+            self.prune(m.key)

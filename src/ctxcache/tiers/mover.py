@@ -1,0 +1,178 @@
+"""The mover: a background thread that performs every write to and delete from slow tiers.
+
+The cache decides what moves under its lock and queues a ``Move``; the mover encodes, writes and
+deletes outside the lock, then reports back under the lock. So requests never wait on disk or
+network writes, and a slow tier has one writer: moves run in queue order, so a delete and a
+later rewrite of the same key can never swap.
+
+Until a move completes, its block stays readable: a move that carries its payload (a demotion
+out of RAM, a store into a slow top tier) serves lookups from the queue; a move between slow
+tiers leaves the block in its source tier until the destination has it. Byte accounting follows
+the logical state at once: ``inflow[t]`` is reserved for writes queued into tier t, ``outflow[t]``
+for blocks queued to leave it, and ``buffered`` is the RAM the queued payloads hold, which the
+cache bounds (``write_buffer``).
+
+All fields are guarded by the cache's lock (``lock``), which the mover shares.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .base import BlockMeta, Tier, key_bytes
+
+BATCH = 32  # moves written in one call (one pipeline round trip for Redis)
+
+
+@dataclass(eq=False, slots=True)
+class Move:
+    """Write ``key`` into tier ``dst`` (None: no write), then delete it from ``src`` when
+    ``delete_src`` (a slow source keeps the block until the destination has it)."""
+
+    key: Hashable
+    src: int | None
+    dst: int | None
+    meta: BlockMeta
+    payload: Any = None  # the block in RAM, or None: read it from src
+    blob: bytes | None = None  # already encoded with dst's codec (warm RAM -> slow)
+    reserve: int = 0  # bytes charged to inflow[dst]
+    release: int = 0  # bytes charged to outflow[src]
+    buffered: int = 0  # RAM held by payload/blob until done
+    delete_src: bool = False
+    ok: bool = False
+
+
+class Mover:
+    def __init__(self, tiers: Sequence[Tier], lock: threading.RLock, done: Callable[[Move], None]) -> None:
+        self.tiers = list(tiers)
+        self.lock = lock
+        self.done = done  # called under the lock with each finished move (ok set)
+        self.queue: collections.deque[Move] = collections.deque()
+        self.pending: dict[Hashable, Move] = {}  # latest queued move per key
+        self.inflow = [0] * len(tiers)
+        self.outflow = [0] * len(tiers)
+        self.buffered = 0
+        self.busy = 0  # moves taken off the queue, not yet reported
+        self.errors = 0
+        self.moved = 0
+        self._work = threading.Condition(lock)
+        self._idle = threading.Condition(lock)
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def submit(self, move: Move) -> None:
+        """Queue a move (caller holds the lock) and charge its bytes."""
+        if move.dst is not None:
+            self.inflow[move.dst] += move.reserve
+        if move.src is not None:
+            self.outflow[move.src] += move.release
+        self.buffered += move.buffered
+        self.queue.append(move)
+        self.pending[move.key] = move
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="ctxcache-mover", daemon=True)
+            self._thread.start()
+        self._work.notify()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until every queued move is done. The caller must not hold the lock."""
+        with self.lock:
+            return self._idle.wait_for(lambda: not self.queue and not self.busy, timeout)
+
+    def wait_buffer(self, limit: int, timeout: float | None = None) -> bool:
+        """Block until queued payloads hold at most ``limit`` bytes (caller must not hold the lock)."""
+        with self.lock:
+            return self._idle.wait_for(lambda: self.buffered <= limit or not self.queue, timeout)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Finish the queue, then end the thread."""
+        self.wait_idle(timeout)
+        with self.lock:
+            self._stopping = True
+            self._work.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # --- the thread ---------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self.lock:
+                self._work.wait_for(lambda: self.queue or self._stopping)
+                if not self.queue:
+                    return
+                batch = [self.queue.popleft()]
+                head = batch[0]
+                while self.queue and len(batch) < BATCH:
+                    nxt = self.queue[0]
+                    if (nxt.src, nxt.dst, nxt.delete_src) != (head.src, head.dst, head.delete_src):
+                        break
+                    batch.append(self.queue.popleft())
+                self.busy += len(batch)
+            try:
+                self._perform(batch)
+            except Exception:  # noqa: BLE001 - a failing backend must not kill the writer
+                for m in batch:
+                    m.ok = False
+            with self.lock:
+                for m in batch:
+                    self._finish(m)
+                self.busy -= len(batch)
+                self._idle.notify_all()
+
+    def _finish(self, m: Move) -> None:
+        if m.dst is not None:
+            self.inflow[m.dst] -= m.reserve
+        if m.src is not None:
+            self.outflow[m.src] -= m.release
+        self.buffered -= m.buffered
+        if self.pending.get(m.key) is m:
+            del self.pending[m.key]
+        self.moved += 1
+        if not m.ok:
+            self.errors += 1
+        self.done(m)
+
+    def _perform(self, batch: list[Move]) -> None:
+        head = batch[0]
+        if head.dst is not None:
+            dst = self.tiers[head.dst]
+            src = None if head.src is None else self.tiers[head.src]
+            items, movers = [], []
+            for m in batch:
+                try:
+                    blob = m.blob if m.blob is not None else self._blob(m, dst, src)
+                except Exception:  # noqa: BLE001 - e.g. a payload the codec refuses: this move fails
+                    blob = None
+                if blob is not None:
+                    items.append((m.key, blob))
+                    movers.append(m)
+            for m, good in zip(movers, dst.put_blobs(items) if items else []):
+                m.ok = good
+        else:
+            for m in batch:
+                m.ok = True
+        if head.delete_src and head.src is not None:
+            # Delete from the source only what reached its destination (or was a pure delete):
+            # a failed write leaves the block where it was (the cache then keeps it there).
+            gone = [m.key for m in batch if m.ok]
+            if gone:
+                self.tiers[head.src].delete_many(gone)
+
+    @staticmethod
+    def _blob(m: Move, dst: Tier, src: Tier | None) -> bytes | None:
+        """The block encoded with ``dst``'s codec, from the payload or from the source tier."""
+        assert dst.codec is not None
+        if m.payload is not None:
+            return dst.codec.encode(m.payload, key_bytes(m.key), m.meta.tokens, m.meta.parent, m.meta.depth)
+        if src is None:
+            return None
+        if src.codec is not None and (src.codec.mode, src.codec.compression) == (dst.codec.mode, dst.codec.compression):
+            return src.get_blob(m.key)  # verified by the source, copied as is
+        block = src.load_many([m.key], [None])[0]
+        if block is None:
+            return None
+        return dst.codec.encode(block.payload, key_bytes(m.key), block.tokens, block.parent, block.depth)

@@ -1,0 +1,341 @@
+"""RedisTier: encoded blocks in Redis or Valkey (one server or a Redis Cluster), shared by every
+process that uses the same prefix, model and salt.
+
+Each block is one string value ``<prefix><16-byte key>`` holding the codec's blob (header with
+token bytes, checksums), written with ``SET ... PX ttl`` when a TTL is configured. Batches are
+pipelined. Every socket wait (connect, each read, each write) is bounded by ``timeout`` (default
+50 ms), and redis-py's own retries are off, so a hung or dead server costs a request at most about
+one timeout. The first connection error marks the tier unhealthy: from then on it answers every
+call at once (misses, refused writes) and a background thread retries the connection every
+``retry_interval`` seconds; a request never fails because Redis is down.
+
+Accounting is local: ``used_bytes`` counts the blocks this process wrote or found and is charging
+for, which is what ``capacity`` bounds; blocks other processes keep alive are theirs to evict, and
+TTLs and the server's maxmemory policy bound the whole store. A Bloom filter over the prefix's
+keys (rebuilt by SCAN at connect and every ``bloom_refresh`` seconds, see bloom.py) answers "surely
+absent" without a round trip.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Hashable, Iterable, Iterator, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..codec import Block, Codec
+from ..config import parse_duration
+from ..errors import ConfigError, CorruptBlockError, MissingDependencyError, TierUnavailableError
+from .base import NO_META, BlockMeta, Tier, key_bytes
+from .bloom import KeyFilter
+
+_redis: Any
+try:
+    import redis as _redis
+    from redis.backoff import NoBackoff
+    from redis.cluster import RedisCluster
+    from redis.exceptions import ClusterError, RedisClusterException
+    from redis.exceptions import ConnectionError as _ConnErr
+    from redis.exceptions import TimeoutError as _TimeoutErr
+    from redis.retry import Retry
+
+    # Errors that mean "the server is not reachable" (others, like OOM refusals, fail one call).
+    _DOWN: tuple[type[BaseException], ...] = (_ConnErr, _TimeoutErr, ClusterError, RedisClusterException, OSError)
+except ImportError:  # reported when a redis tier is configured; the rest of ctxcache runs without it
+    _redis, _DOWN = None, (OSError,)
+
+
+class RedisTier(Tier):
+    kind = "redis"
+    slow = True
+    persistent = True
+
+    def __init__(
+        self,
+        capacity: int,
+        policy: Any = "lru",
+        *,
+        url: str = "redis://127.0.0.1:6379/0",
+        cluster: bool = False,
+        prefix: str = "ctxcache:",
+        ttl: float | str | None = None,
+        timeout: float | str = 0.05,
+        retry_interval: float | str = 1.0,
+        bloom: bool = True,
+        bloom_items: int = 1_000_000,
+        bloom_fpr: float = 0.01,
+        bloom_refresh: float | str = 300.0,
+        codec: str = "raw",
+        compression: str = "none",
+        compression_level: int | None = None,
+        **kw: Any,
+    ) -> None:
+        super().__init__(capacity, policy, **kw)
+        if _redis is None:
+            raise MissingDependencyError("the redis tier needs redis-py: pip install 'ctxcache[redis]'")
+        if not isinstance(url, str) or urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+            raise ConfigError(f"redis tier url must look like 'redis://host:port/db', got {url!r}")
+        self.url, self.cluster, self.prefix = url, bool(cluster), prefix.encode()
+        self.ttl = None if ttl is None else parse_duration(ttl, "ttl")
+        self.timeout = parse_duration(timeout, "timeout")
+        self.retry_interval = parse_duration(retry_interval, "retry_interval")
+        self.bloom_refresh = parse_duration(bloom_refresh, "bloom_refresh")
+        self.codec = self._codec = Codec(codec, compression, compression_level)
+        try:
+            self.filter = KeyFilter(bloom_items, bloom_fpr) if bloom else None
+        except ValueError as exc:
+            raise ConfigError(f"redis tier: {exc}") from None
+        self._lock = threading.Lock()
+        self._known: dict[bytes, int] = {}  # keys this process charges for -> blob size
+        self._client: Any = None
+        self._healthy = False
+        self.errors = self.reconnects = self.round_trips = 0
+        self._stop, self._wake = threading.Event(), threading.Event()
+        self._connect()  # once, synchronously: a server that is up is usable from the first call
+        self._thread = threading.Thread(target=self._run, name=f"ctxcache-redis-{self.name}", daemon=True)
+        self._thread.start()
+
+    # --- connection and health -------------------------------------------------------------------
+    def _connect(self) -> bool:
+        opts = {
+            "socket_timeout": self.timeout,
+            "socket_connect_timeout": self.timeout,
+            "retry": Retry(NoBackoff(), 0),  # one attempt: the tier degrades instead of waiting
+        }
+        client: Any = None
+        try:
+            if self.cluster:
+                client = RedisCluster.from_url(self.url, **opts)
+            else:
+                client = _redis.Redis.from_url(self.url, **opts)
+            client.ping()
+        except Exception:  # noqa: BLE001 - any failure to connect means "not yet"
+            if client is not None:
+                client.close()
+            return False
+        old, self._client = self._client, client
+        if old is not None:
+            old.close()
+        self._healthy = True
+        return True
+
+    def _fail(self, exc: BaseException) -> None:
+        self.errors += 1
+        if isinstance(exc, _DOWN) and self._healthy:
+            self._healthy = False
+            self._wake.set()
+
+    def _run(self) -> None:
+        """Reconnect while unhealthy; rebuild the Bloom filter after each (re)connect and periodically."""
+        rebuild_due = 0.0
+        while not self._stop.is_set():
+            if not self._healthy:
+                if self._stop.wait(self.retry_interval):
+                    break
+                if not self._connect():
+                    continue
+                self.reconnects += 1
+                rebuild_due = 0.0
+            if time.monotonic() >= rebuild_due or (self.filter is not None and self.filter.saturated):
+                self._rebuild_filter()
+                rebuild_due = time.monotonic() + self.bloom_refresh
+            self._wake.wait(min(self.bloom_refresh, max(0.01, rebuild_due - time.monotonic())))
+            self._wake.clear()
+
+    def _rebuild_filter(self) -> None:
+        if self.filter is None or not self._healthy:
+            return
+        pattern = re.sub(rb"([*?\[\]\\])", rb"\\\1", self.prefix) + b"*"
+        n = len(self.prefix)
+        try:
+            self.filter.rebuild((k[n:] for k in self._client.scan_iter(match=pattern, count=1000)), len(self._known))
+        except Exception as exc:  # noqa: BLE001
+            self._fail(exc)
+
+    def wait_ready(self, timeout: float = 5.0) -> bool:
+        """Block until the tier is healthy and its Bloom filter built (tests, benchmarks)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._healthy and (self.filter is None or self.filter.ready):
+                return True
+            time.sleep(0.005)
+        return False
+
+    @property
+    def healthy(self) -> bool:
+        return self._healthy
+
+    # --- round trips -------------------------------------------------------------------------------
+    def _pipeline(self, ops: Iterable[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> list[Any] | None:
+        """Run commands in one pipeline; None (and unhealthy) when the server cannot be reached."""
+        if not self._healthy:
+            return None
+        client, todo = self._client, list(ops)
+        if not todo:
+            return []
+        try:
+            if not self.cluster:
+                return self._run_pipeline(client, todo)
+            # One plain pipeline per primary: redis-py's cluster pipeline re-sends failed commands
+            # one at a time, which would multiply the timeout; a MOVED reply is a miss here, and
+            # the topology is refreshed once.
+            groups: dict[str, tuple[Any, list[int]]] = {}
+            for i, (_, args, _) in enumerate(todo):
+                node = client.get_node_from_key(args[0])
+                groups.setdefault(node.name, (node, []))[1].append(i)
+            out: list[Any] = [None] * len(todo)
+            for node, idxs in groups.values():
+                res = self._run_pipeline(client.get_redis_connection(node), [todo[i] for i in idxs])
+                for i, r in zip(idxs, res):
+                    out[i] = r
+            if any(isinstance(r, Exception) and str(r).startswith(("MOVED", "ASK")) for r in out):
+                client.nodes_manager.initialize()
+            return out
+        except Exception as exc:  # noqa: BLE001 - redis-py and socket errors alike
+            self._fail(exc)
+            return None
+
+    def _run_pipeline(self, client: Any, ops: list[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
+        self.round_trips += 1
+        pipe = client.pipeline(transaction=False)
+        for name, args, kwargs in ops:
+            getattr(pipe, name)(*args, **kwargs)
+        res = list(pipe.execute(raise_on_error=False))
+        down = next((r for r in res if isinstance(r, _DOWN)), None)
+        if down is not None:
+            raise down
+        return res
+
+    def _set_known(self, kb: bytes, size: int | None) -> None:
+        with self._lock:
+            self.used_bytes -= self._known.pop(kb, 0)
+            if size is not None:
+                self._known[kb] = size
+                self.used_bytes += size
+
+    def load_many(self, keys: Sequence[Hashable], tokens: Sequence[bytes | None]) -> list[Block | None]:
+        kbs = [key_bytes(k) for k in keys]
+        blobs = self._pipeline(("get", (self.prefix + kb,), {}) for kb in kbs)
+        if blobs is None:
+            return [None] * len(kbs)
+        out: list[Block | None] = []
+        bad: list[bytes] = []
+        for kb, blob, want in zip(kbs, blobs, tokens):
+            block = None
+            if isinstance(blob, bytes):
+                try:
+                    block = self._codec.decode(blob, kb)
+                except CorruptBlockError:
+                    self.corrupt += 1
+                    bad.append(kb)
+            if block is None:
+                self._set_known(kb, None)  # gone (expired, evicted by the server) or bad
+            out.append(None if block is None or (want is not None and block.tokens != want) else block)
+        if bad:
+            self._pipeline(("delete", (self.prefix + kb,), {}) for kb in bad)
+        return out
+
+    def get(self, key: Hashable) -> Any | None:
+        block = self.load_many([key], [None])[0]
+        return None if block is None else block.payload
+
+    def get_blob(self, key: Hashable) -> bytes | None:
+        kb = key_bytes(key)
+        got = self._pipeline([("get", (self.prefix + kb,), {})])
+        if not got or not isinstance(got[0], bytes):
+            return None
+        try:
+            self._codec.decode(got[0], kb)
+        except CorruptBlockError:
+            self.corrupt += 1
+            return None
+        return got[0]
+
+    def put_blobs(self, items: Sequence[tuple[Hashable, bytes]]) -> list[bool]:
+        px = {"px": int(self.ttl * 1000)} if self.ttl else {}
+        kbs = [key_bytes(k) for k, _ in items]
+        res = self._pipeline(("set", (self.prefix + kb, blob), px) for kb, (_, blob) in zip(kbs, items))
+        ok = [r is True for r in res] if res is not None else [False] * len(items)
+        for kb, (_, blob), good in zip(kbs, items, ok):
+            if good:
+                self._set_known(kb, len(blob))
+                if self.filter is not None:
+                    self.filter.add(kb)
+        return ok
+
+    def put_blob(self, key: Hashable, blob: bytes) -> int:
+        if not self.put_blobs([(key, blob)])[0]:
+            raise TierUnavailableError(f"redis tier {self.name!r}: write failed (server unreachable?)")
+        return len(blob)
+
+    def put(self, key: Hashable, payload: Any, meta: BlockMeta = NO_META) -> int:
+        kb = key_bytes(key)
+        return self.put_blob(kb, self._codec.encode(payload, kb, meta.tokens, meta.parent, meta.depth))
+
+    def delete_many(self, keys: Iterable[Hashable]) -> int:
+        kbs = [key_bytes(k) for k in keys]
+        res = self._pipeline(("delete", (self.prefix + kb,), {}) for kb in kbs)
+        for kb in kbs:
+            self._set_known(kb, None)
+        return sum(r == 1 for r in res) if res else 0
+
+    def delete(self, key: Hashable) -> bool:
+        return self.delete_many([key]) == 1
+
+    def might_contain_many(self, keys: Sequence[Hashable]) -> list[bool]:
+        if not self._healthy:
+            return [False] * len(keys)
+        if self.filter is None:
+            return [True] * len(keys)
+        return self.filter.might_contain_many([key_bytes(k) for k in keys])
+
+    # --- local bookkeeping ---------------------------------------------------------------------------
+    def forget(self, key: Hashable) -> None:
+        self._set_known(key_bytes(key), None)
+
+    def adopt(self, key: Hashable, nbytes: int) -> None:
+        kb = key_bytes(key)
+        if kb not in self._known:
+            self._set_known(kb, nbytes)
+
+    def size_of(self, payload: Any) -> int:
+        return self._codec.encoded_size(payload, 16, self.token_bytes)
+
+    def nbytes(self, key: Hashable) -> int:
+        return self._known.get(key_bytes(key), 0)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, (bytes, str)) and key_bytes(key) in self._known
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    def keys(self) -> Iterator[Hashable]:
+        with self._lock:
+            return iter(list(self._known))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2.0)
+        if self._client is not None:
+            self._client.close()
+        self._healthy = False
+
+    def stats(self) -> dict[str, Any]:
+        out = super().stats()
+        host = urlsplit(self.url)
+        out.update(
+            url=f"{host.scheme}://{host.hostname}:{host.port}",  # no credentials in stats
+            cluster=self.cluster,
+            codec=self._codec.mode,
+            ttl=self.ttl,
+            errors=self.errors,
+            reconnects=self.reconnects,
+            round_trips=self.round_trips,
+            bloom=self.filter.stats() if self.filter is not None else None,
+        )
+        return out
