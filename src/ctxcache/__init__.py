@@ -4,10 +4,13 @@ from .cache import ContextCache, Match
 from .config import CacheConfig, TierConfig, load_config, parse_size
 from .errors import (
     ConfigError,
+    CorruptBlockError,
     CtxCacheError,
     InvalidTokensError,
     MatchReleasedError,
+    MissingDependencyError,
     PayloadError,
+    TierUnavailableError,
     TokenTypeError,
     TraceError,
     UnknownPolicyError,
@@ -16,7 +19,7 @@ from .errors import (
 from .index import RadixIndex
 from .keys import BlockHasher, Namespace
 from .policies import Policy, make_policy, policy_names
-from .tiers import MemoryTier, Tier
+from .tiers import DiskTier, MemoryTier, RedisTier, Tier
 from .usage import Usage
 
 __version__ = "0.1.0"
@@ -26,17 +29,22 @@ __all__ = [
     "CacheConfig",
     "ConfigError",
     "ContextCache",
+    "CorruptBlockError",
     "CtxCacheError",
     "InvalidTokensError",
     "Match",
     "MatchReleasedError",
+    "DiskTier",
     "MemoryTier",
+    "MissingDependencyError",
     "Namespace",
     "PayloadError",
     "Policy",
     "RadixIndex",
+    "RedisTier",
     "Tier",
     "TierConfig",
+    "TierUnavailableError",
     "TokenTypeError",
     "TraceError",
     "UnknownPolicyError",
