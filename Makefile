@@ -4,12 +4,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test lint bench clean redis-server
 
+# torch first and pinned: 2.13.0 is the CPU wheel on this machine's disk; anything unpinned
+# that depends on torch would pull a multi-GB CUDA build instead.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,sim]'
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev,sim,model,server,redis]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
@@ -22,14 +25,19 @@ lint: install
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 
-test: lint
+# Tier tests start throwaway redis-server processes: install Debian's when missing.
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server; }
+
+test: lint redis-server
 	$(BIN)/pytest
 
 # Benchmarks print one JSON line each and write benchmarks/results/. libcachesim (GPL) is a
 # benchmark-only reference: installed here, never imported by src/.
-bench: install
+bench: install redis-server
 	$(BIN)/pip install -q libcachesim
 	$(BIN)/python benchmarks/bench_lookup.py
+	$(BIN)/python benchmarks/bench_tiers.py
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_libcachesim_check.py
 	$(BIN)/python benchmarks/bench_policies.py
