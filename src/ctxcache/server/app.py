@@ -1,0 +1,138 @@
+"""The FastAPI app: OpenAI and Anthropic routes, models, health, metrics, errors in each API's shape."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .. import __version__
+from .config import ServerConfig
+from .deps import APIError, describe_validation, error_response, tenant_for
+from .jobs import ServerState
+from .metrics import CONTENT_TYPE, Metrics
+from .routes_anthropic import router as anthropic_router
+from .routes_openai import router as openai_router
+from .schemas import ModelCard, ModelList
+
+if TYPE_CHECKING:
+    from ..integrations.transformers import CachedLM
+
+SWEEP_EVERY_S = 5.0
+_DESCRIPTION = """A context-cached model server. Prompts reuse the KV of their longest cached block
+prefix; `usage` reports cached tokens (OpenAI `prompt_tokens_details.cached_tokens`, Anthropic
+`cache_read_input_tokens` / `cache_creation_input_tokens`). See docs/serving.md."""
+
+
+class _Stamp:
+    """Pure ASGI middleware: stamp the arrival time and count every API response by status."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope.setdefault("state", {})["arrived"] = time.perf_counter()
+        status = 500
+
+        async def send_status(msg: Message) -> None:
+            nonlocal status
+            if msg["type"] == "http.response.start":
+                status = msg["status"]
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            path = scope.get("path", "")
+            api = "anthropic" if path.startswith("/v1/messages") else "openai" if path.startswith("/v1/chat") else None
+            if api is not None:
+                self.metrics.requests.labels(api, str(status)).inc()
+
+
+async def _sweep(state: ServerState) -> None:
+    while True:
+        await asyncio.sleep(SWEEP_EVERY_S)
+        state.pins.sweep()
+
+
+def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str | None = None) -> FastAPI:
+    """Build the app around a loaded CachedLM. Run it with uvicorn (the lifespan starts the worker)."""
+    cfg = cfg or ServerConfig()
+    state = ServerState(lm, cfg, model_id or cfg.model_id or "model")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await state.worker.start()
+        sweeper = asyncio.create_task(_sweep(state))
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            await state.worker.stop()
+            state.pins.clear()
+
+    app = FastAPI(title="ctxcache", version=__version__, description=_DESCRIPTION, lifespan=lifespan)
+    app.state.ctx = state
+    app.add_middleware(_Stamp, metrics=state.metrics)
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return error_response(request, exc.status, exc.message, param=exc.param, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(request, 400, describe_validation(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        msg = str(exc.detail)
+        if exc.status_code == 404:
+            msg = f"no route {request.method} {request.url.path}; see /docs for the API"
+        return error_response(request, exc.status_code, msg, headers=getattr(exc, "headers", None))
+
+    app.include_router(openai_router)
+    app.include_router(anthropic_router)
+
+    @app.get("/v1/models", response_model=ModelList, tags=["models"])
+    async def list_models(tenant: str = Depends(tenant_for)) -> ModelList:
+        """The served model (fields for both the OpenAI and the Anthropic clients)."""
+        created_at = datetime.fromtimestamp(state.created, UTC).isoformat().replace("+00:00", "Z")
+        card = ModelCard(id=state.model_id, created=state.created, created_at=created_at, display_name=state.model_id)
+        return ModelList(data=[card], first_id=card.id, last_id=card.id)
+
+    @app.get("/healthz", tags=["ops"])
+    async def healthz() -> dict[str, Any]:
+        """Liveness and a summary: model, queue, cache and pins."""
+        s = lm.cache.stats()
+        return {
+            "status": "ok",
+            "model": state.model_id,
+            "queue_depth": state.worker.depth,
+            "busy": state.worker.busy,
+            "jobs_done": state.worker.jobs_done,
+            "cache": {k: s[k] for k in ("blocks", "bytes", "hit_tokens", "lookup_tokens", "token_hit_ratio")},
+            "block_size": lm.block_size,
+            "pins": state.pins.stats(),
+        }
+
+    @app.get("/metrics", tags=["ops"], response_class=Response)
+    async def metrics() -> Response:
+        """Prometheus text format."""
+        return Response(state.metrics.render(), media_type=CONTENT_TYPE)
+
+    return app

@@ -1,0 +1,83 @@
+"""``ctxcache serve``: load a model, build the cache and run the HTTP server."""
+
+from __future__ import annotations
+
+import errno
+import socket
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from ..cache import ContextCache
+from ..errors import CtxCacheError
+from .config import load_server_config
+
+err = Console(stderr=True, soft_wrap=True)
+
+
+def _fail(msg: str) -> typer.Exit:
+    err.print(f"[red]error:[/red] {escape(msg)}", highlight=False)
+    return typer.Exit(2)
+
+
+def _check_port(host: str, port: int) -> None:
+    """Fail before the slow model load, with a useful message, if the address is taken."""
+    if not 0 < port < 65536:
+        raise _fail(f"--port must be in 1..65535, got {port}")
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise _fail(f"{host}:{port} is already in use: pass another --port") from None
+        raise _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def serve(model: Path | None, host: str, port: int, config: Path | None) -> None:
+    """Serve ``model`` (default: Gemma 3 270M, prepared once) with the context cache."""
+    try:
+        cfg = load_server_config(config)
+    except CtxCacheError as exc:
+        raise _fail(str(exc)) from None
+    _check_port(host, port)
+    try:
+        from ..integrations.model_store import fingerprint, model_id_for, resolve_model
+
+        path = resolve_model(model)  # before the heavy imports: a bad path fails fast
+        import uvicorn
+
+        from ..integrations.transformers import CachedLM
+        from .app import create_app
+
+        cache = ContextCache.from_config(cfg.cache_dict(fingerprint(path)))
+        t0 = time.perf_counter()
+        with err.status(f"loading {path} ..."):
+            lm = CachedLM.from_pretrained(path, cache, max_context=cfg.max_context)
+    except ImportError as exc:
+        raise _fail(
+            f"{exc}\n(the server needs: pip install torch==2.13.0 && pip install -e '.[model,server]')"
+        ) from None
+    except (CtxCacheError, OSError) as exc:
+        raise _fail(str(exc)) from None
+    model_id = cfg.model_id or model_id_for(path)
+    app = create_app(lm, cfg, model_id=model_id)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}"
+    keys = " -H 'Authorization: Bearer <your key>'" if cfg.api_keys else ""
+    tiers = ", ".join(f"{t.name} {t.capacity / 2**30:.1f} GiB" for t in cache.tiers)
+    err.print(
+        f"model {model_id} loaded in {time.perf_counter() - t0:.1f} s; block size {cache.block_size}; tiers: {tiers}\n"
+        f"[bold]ctxcache serving {model_id} at {url}[/bold]  (API docs: {url}/docs, metrics: {url}/metrics)\n"
+        f"try:\n  curl -s {url}/v1/chat/completions -H 'Content-Type: application/json'{keys} \\\n"
+        f'    -d \'{{"model": "{model_id}", "max_tokens": 32, '
+        f'"messages": [{{"role": "user", "content": "Hello!"}}]}}\'',
+        highlight=False,
+    )
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+    finally:
+        cache.close()  # flushes queued writes of slow tiers, if any are configured

@@ -1,0 +1,122 @@
+"""Server configuration: a TOML file with [server], [cache] and [api_keys] tables, all optional.
+
+```toml
+[server]
+max_queue = 32            # waiting requests beyond this get 429 + Retry-After
+max_context = 8192        # prompt + max_tokens must fit (capped by the model's own limit)
+max_tokens_limit = 2048   # the largest max_tokens a request may ask for
+default_max_tokens = 256  # OpenAI requests without max_tokens
+cache = true              # false: no lookups, no stores (a baseline)
+auto_cache = true         # cache full blocks of prompts without cache_control breakpoints
+cache_generated = true    # with auto_cache, also cache the reply's full blocks for the next turn
+max_pinned_fraction = 0.5 # cache_control pins may hold at most this share of the first tier
+
+[cache]                   # ContextCache config, see docs/configuration.md
+block_size = 32
+[[cache.tiers]]
+kind = "memory"
+capacity = "2GiB"
+
+[api_keys]                # key = tenant id (the cache namespace); none: one "default" tenant
+"sk-team-a-secret" = "team-a"
+```
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ..config import load_config
+from ..errors import ConfigError
+
+# Measured with benchmarks/bench_ttft.py (multi-turn chat, 1-3k token histories): see docs/serving.md.
+DEFAULT_BLOCK_SIZE = 32
+DEFAULT_TIERS: list[dict[str, Any]] = [{"kind": "memory", "capacity": "2GiB", "policy": "lru"}]
+DEFAULT_TENANT = "default"
+
+
+@dataclass
+class ServerConfig:
+    model_id: str | None = None  # the name served by /v1/models; default: from the model directory
+    max_queue: int = 32
+    max_context: int = 8192
+    max_tokens_limit: int = 2048
+    default_max_tokens: int = 256
+    cache: bool = True
+    auto_cache: bool = True
+    cache_generated: bool = True
+    max_pinned_fraction: float = 0.5
+    api_keys: dict[str, str] = field(default_factory=dict)
+    cache_config: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("max_queue", "max_context", "max_tokens_limit", "default_max_tokens"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"server.{name} must be a positive integer, got {v!r}")
+        if self.default_max_tokens > self.max_tokens_limit:
+            raise ConfigError(
+                f"server.default_max_tokens ({self.default_max_tokens}) exceeds max_tokens_limit ({self.max_tokens_limit})"
+            )
+        for name in ("cache", "auto_cache", "cache_generated"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"server.{name} must be true or false, got {getattr(self, name)!r}")
+        if not 0.0 <= self.max_pinned_fraction <= 1.0:
+            raise ConfigError(f"server.max_pinned_fraction must be in [0, 1], got {self.max_pinned_fraction!r}")
+        for key, tenant in self.api_keys.items():
+            if not isinstance(key, str) or not key or not isinstance(tenant, str) or not tenant:
+                raise ConfigError(f"api_keys must map non-empty key strings to tenant ids, got {key!r} = {tenant!r}")
+        if len(set(self.api_keys)) != len(self.api_keys):
+            raise ConfigError("api_keys has duplicate keys")
+        cc = dict(self.cache_config)
+        cc.setdefault("block_size", DEFAULT_BLOCK_SIZE)
+        cc.setdefault("tiers", [dict(t) for t in DEFAULT_TIERS])
+        load_config(cc)  # validate now: a bad [cache] table fails at startup, with its own message
+        self.cache_config = cc
+
+    def cache_dict(self, model_fingerprint: str) -> dict[str, Any]:
+        """The ContextCache config, with the model fingerprint in every namespace unless set."""
+        cc = dict(self.cache_config)
+        cc.setdefault("model", model_fingerprint)
+        return cc
+
+
+_SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {"api_keys", "cache_config"}
+
+
+def load_server_config(source: str | os.PathLike[str] | Mapping[str, Any] | None = None) -> ServerConfig:
+    """Read a server config from a TOML path or a dict shaped like it; None gives the defaults."""
+    if source is None:
+        return ServerConfig()
+    if isinstance(source, Mapping):
+        data: Mapping[str, Any] = source
+    else:
+        path = Path(source)
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    unknown = set(data) - {"server", "cache", "api_keys"}
+    if unknown:
+        raise ConfigError(f"unknown config tables {sorted(unknown)}; known: ['api_keys', 'cache', 'server']")
+    server = data.get("server", {})
+    if not isinstance(server, Mapping):
+        raise ConfigError("[server] must be a table")
+    bad = set(server) - _SERVER_KEYS
+    if bad:
+        raise ConfigError(f"unknown [server] keys {sorted(bad)}; known: {sorted(_SERVER_KEYS)}")
+    keys = data.get("api_keys", {})
+    cache = data.get("cache", {})
+    if not isinstance(keys, Mapping) or not isinstance(cache, Mapping):
+        raise ConfigError("[api_keys] and [cache] must be tables")
+    try:
+        return ServerConfig(**server, api_keys=dict(keys), cache_config=dict(cache))
+    except TypeError as exc:
+        raise ConfigError(f"[server]: {exc}") from None

@@ -1,0 +1,75 @@
+"""Errors in each API's own shape, and API-key authentication (a key names a tenant = a cache namespace)."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from .config import DEFAULT_TENANT
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+}
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, *, param: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.headers = status, message, param, headers
+
+
+def error_response(request: Request, status: int, message: str, **kw: Any) -> JSONResponse:
+    """OpenAI's ``{"error": {...}}`` everywhere, except Anthropic's ``{"type": "error", ...}`` on /v1/messages."""
+    kind = _TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+    if request.url.path.startswith("/v1/messages"):
+        body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
+    else:
+        body = {"error": {"message": message, "type": kind, "param": kw.get("param"), "code": None}}
+    return JSONResponse(body, status_code=status, headers=kw.get("headers"))
+
+
+def describe_validation(exc: RequestValidationError) -> str:
+    """One line per problem, naming the field: 'messages.0.role: Input should be ...'."""
+    parts = []
+    for e in exc.errors():
+        loc = [str(x) for x in e.get("loc", ()) if x != "body"]
+        if e.get("type") == "json_invalid":
+            ctx = e.get("ctx") or {}
+            parts.append(
+                f"malformed JSON body: {ctx.get('error', e.get('msg'))} (at character {loc[-1] if loc else '?'})"
+            )
+        elif e.get("type") == "missing" and not loc:
+            parts.append("the request body is missing: send a JSON object")
+        else:
+            where = ".".join(loc) or "body"
+            parts.append(f"{where}: {e.get('msg')}")
+    return "; ".join(dict.fromkeys(parts)) or "invalid request"
+
+
+def tenant_for(request: Request) -> str:
+    """The tenant of a request's API key (``Authorization: Bearer`` or ``x-api-key``)."""
+    keys: dict[str, str] = request.app.state.ctx.cfg.api_keys
+    if not keys:
+        return DEFAULT_TENANT
+    auth = request.headers.get("authorization", "")
+    given = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+    if not given:
+        raise APIError(401, "missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'")
+    tenant = None
+    for key, t in keys.items():  # compare with every key, in constant time per key
+        if hmac.compare_digest(key.encode(), given.encode()):
+            tenant = t
+    if tenant is None:
+        raise APIError(401, "invalid API key")
+    return tenant

@@ -1,0 +1,195 @@
+"""The server's shared state and the chat job that runs on the model thread."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from ..usage import Usage
+from .config import ServerConfig
+from .metrics import Metrics
+from .pins import PinManager
+from .worker import Event, Job, JobContext, ModelWorker
+
+if TYPE_CHECKING:
+    from ..integrations import Generation, SamplingParams
+    from ..integrations.transformers import CachedLM
+
+Messages = list[dict[str, str]]
+
+
+@dataclass
+class Breakpoint:
+    """A cache_control mark: the conversation up to it, rendered without a generation prompt."""
+
+    prefix: Messages
+    ttl: str  # "5m" or "1h"
+    ttl_s: float
+
+
+@dataclass
+class ChatJob:
+    messages: Messages
+    params: SamplingParams
+    tenant: str
+    arrived: float  # time.perf_counter() when the HTTP request came in
+    breakpoints: list[Breakpoint] = field(default_factory=list)
+    clamp_max_tokens: bool = False  # max_tokens was not given: fit the default into the context
+
+
+@dataclass
+class Outcome:
+    generation: Generation
+    ttft_s: float | None  # arrival to first token, queueing included
+    queued_s: float
+    tokenize_s: float
+    created_by_ttl: dict[str, int]
+    pinned_tokens: int
+
+    @property
+    def usage(self) -> Usage:
+        return self.generation.usage
+
+    def extension(self) -> dict[str, Any]:
+        """The ``ctxcache`` field of responses: usage by tier and per-phase timings."""
+        t = self.generation.timings.to_dict()
+        t.update(queue_s=round(self.queued_s, 6), tokenize_s=round(self.tokenize_s, 6))
+        if self.ttft_s is not None:
+            t["ttft_s"] = round(self.ttft_s, 6)
+        return {
+            "usage": self.usage.to_dict(),
+            "generated_cached_tokens": self.generation.generated_cached_tokens,
+            "pinned_tokens": self.pinned_tokens,
+            "timings": t,
+        }
+
+
+class ServerState:
+    def __init__(self, lm: CachedLM, cfg: ServerConfig, model_id: str) -> None:
+        self.lm, self.cfg, self.model_id = lm, cfg, model_id
+        self.created = int(time.time())
+        self.max_context = min(cfg.max_context, lm.max_context)
+        self.worker = ModelWorker(cfg.max_queue)
+        cache = lm.cache
+        self.pins = PinManager(cache, int(cfg.max_pinned_fraction * cache.tiers[0].capacity))
+        self.metrics = Metrics(cache.stats, lambda: self.worker.depth)
+
+    def check_max_tokens(self, max_tokens: int, field_name: str) -> None:
+        from .deps import APIError
+
+        limit = min(self.cfg.max_tokens_limit, self.max_context - 1)
+        if not 1 <= max_tokens <= limit:
+            raise APIError(400, f"{field_name} must be between 1 and {limit}, got {max_tokens}", param=field_name)
+
+    def check_model(self, model: str) -> None:
+        from .deps import APIError
+
+        if model != self.model_id:
+            raise APIError(404, f"model {model!r} not found; this server serves {self.model_id!r}", param="model")
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def _created_by_ttl(usage: Usage, marks: list[tuple[int, str]]) -> dict[str, int]:
+    """Split the created range [hit, hit + created) over the breakpoint segments, by their ttl."""
+    out = {"5m": 0, "1h": 0}
+    lo, hi = usage.cache_read_tokens, usage.cache_read_tokens + usage.cache_creation_tokens
+    if not marks:
+        out["5m"] = hi - lo  # automatic caching reports as the default ttl
+        return out
+    start = 0
+    for pos, ttl in marks:
+        out[ttl] += max(0, min(hi, pos) - max(lo, start))
+        start = max(start, pos)
+    return out
+
+
+def chat_job(state: ServerState, job: ChatJob) -> Callable[[JobContext], None]:
+    """The work of one chat request, run on the model thread; results come back as events."""
+
+    def run(ctx: JobContext) -> None:
+        lm, cfg = state.lm, state.cfg
+        state.pins.sweep()
+        t0 = time.perf_counter()
+        ids = lm.encode(job.messages)
+        params = job.params
+        if job.clamp_max_tokens and len(ids) < state.max_context:
+            params = replace(params, max_new_tokens=min(params.max_new_tokens, state.max_context - len(ids)))
+        want = len(ids) + params.max_new_tokens
+        if want > state.max_context:
+            ctx.emit(
+                "error",
+                (400, f"this model's context limit is {state.max_context} tokens, but the request needs {want} "
+                      f"({len(ids)} in the prompt + {params.max_new_tokens} max tokens): shorten the prompt or "
+                      "lower max_tokens"),
+            )  # fmt: skip
+            return
+        marks = sorted(
+            (common_prefix(ids, lm.encode(bp.prefix, add_generation_prompt=False)), bp.ttl) for bp in job.breakpoints
+        )
+        if marks:
+            store_upto: int | None = marks[-1][0]  # explicit breakpoints: cache exactly what they mark
+        else:
+            store_upto = None if cfg.auto_cache else 0
+        tokenize_s = time.perf_counter() - t0
+        ctx.emit("prompt", len(ids))
+        stream = lm.stream_tokens(
+            ids,
+            params,
+            namespace=job.tenant,
+            store_upto=store_upto,
+            store_generated=cfg.cache_generated and not marks,
+            use_cache=cfg.cache,
+            should_stop=ctx.cancelled,
+            on_prefill=lambda usage: ctx.emit("usage", usage),
+        )
+        for delta in stream:
+            ctx.emit("delta", delta)
+        gen = stream.result
+        assert gen is not None
+        pinned = 0
+        if cfg.cache:
+            ttl_s = {bp.ttl: bp.ttl_s for bp in job.breakpoints}
+            for pos, ttl in marks:
+                pinned = max(pinned, state.pins.keep(ids[:pos], job.tenant, ttl_s[ttl]))
+        ttft = stream.first_token_at - job.arrived if stream.first_token_at is not None else None
+        created = _created_by_ttl(gen.usage, marks) if cfg.cache else {"5m": 0, "1h": 0}
+        ctx.emit("done", Outcome(gen, ttft, ctx.queued_s, tokenize_s, created, pinned))
+
+    return run
+
+
+async def start(state: ServerState, job: ChatJob) -> Job:
+    """Queue a chat job and wait until its prompt is tokenized and checked (errors become 4xx)."""
+    from .deps import APIError
+    from .worker import QueueFullError
+
+    try:
+        handle = state.worker.submit(chat_job(state, job))
+    except QueueFullError as exc:
+        raise APIError(429, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
+    first = await handle.next()
+    if first.kind == "error":
+        status, message = first.data
+        raise APIError(status, message)
+    if first.kind != "prompt":
+        raise APIError(503, "the request was cancelled before it ran")
+    return handle
+
+
+async def events(handle: Job) -> AsyncIterator[Event]:
+    """A job's events after the prompt, up to (not including) its end."""
+    while (ev := await handle.next()).kind != "end":
+        yield ev
+
+
+def record(state: ServerState, out: Outcome) -> None:
+    state.metrics.observe(out.usage, out.generation.completion_tokens, out.ttft_s, out.queued_s)
