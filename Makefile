@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install run test lint bench clean redis-server
+.PHONY: install run test lint bench bench-ttft clean redis-server
 
 # torch first and pinned: 2.13.0 is the CPU wheel on this machine's disk; anything unpinned
 # that depends on torch would pull a multi-GB CUDA build instead.
@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The main job: prepare the default model (once) and serve it with the embedded default tiers.
 run: install
-	$(BIN)/ctxcache demo
+	$(BIN)/ctxcache serve --host 127.0.0.1 --port 8000
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks
@@ -42,6 +43,11 @@ bench: install redis-server
 	$(BIN)/python benchmarks/bench_libcachesim_check.py
 	$(BIN)/python benchmarks/bench_policies.py
 	$(BIN)/python benchmarks/seed_claims.py
+
+# The serving benchmark: 10 sessions x 6 turns against the live server, cache on/off and a
+# block-size sweep (~15 min on 2 cores).
+bench-ttft: install
+	$(BIN)/python benchmarks/bench_ttft.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
