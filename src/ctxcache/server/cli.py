@@ -37,6 +37,22 @@ def _check_port(host: str, port: int) -> None:
         raise _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
+def embedded_tiers(model_fingerprint: str) -> list[dict[str, object]]:
+    """The default without a config file: 2 GiB of RAM over 10 GiB of local disk.
+
+    The disk directory is per model, so a restarted server finds its blocks again and two models
+    never read each other's. One process owns a directory: a second default server on the same
+    machine gets a clear error and can be given a config file instead.
+    """
+    from ..integrations.model_store import ctxcache_home
+
+    tag = model_fingerprint.rsplit("@", 1)[-1]
+    return [
+        {"kind": "memory", "capacity": "2GiB", "policy": "lru"},
+        {"kind": "disk", "capacity": "10GiB", "policy": "lru", "path": str(ctxcache_home() / "kv" / tag)},
+    ]
+
+
 def serve(model: Path | None, host: str, port: int, config: Path | None) -> None:
     """Serve ``model`` (default: Gemma 3 270M, prepared once) with the context cache."""
     try:
@@ -53,7 +69,11 @@ def serve(model: Path | None, host: str, port: int, config: Path | None) -> None
         from ..integrations.transformers import CachedLM
         from .app import create_app
 
-        cache = ContextCache.from_config(cfg.cache_dict(fingerprint(path)))
+        fp = fingerprint(path)
+        cache_cfg = cfg.cache_dict(fp)
+        if config is None:
+            cache_cfg["tiers"] = embedded_tiers(fp)
+        cache = ContextCache.from_config(cache_cfg)
         t0 = time.perf_counter()
         with err.status(f"loading {path} ..."):
             lm = CachedLM.from_pretrained(path, cache, max_context=cfg.max_context)
