@@ -131,9 +131,8 @@ class ContextCache:
         n_full = self.hasher.n_blocks(len(arr))
         with self._lock:
             nodes = self.hasher.walk(arr, ns, self.index.getter)
-            if self._simple:  # one RAM tier: everything in one batch call
-                payloads = self.tiers[0].get_many([n.key for n in nodes])
-                return self._finish(nodes, payloads, [0] * len(nodes), ns, len(arr), n_full, resolved=False)
+            if self._simple:
+                return self._finish_simple(nodes, ns, len(arr), n_full)
             payloads, src, reads = self._plan(nodes)
             if not reads and not (self._h.persistent and len(nodes) < n_full):
                 return self._finish(nodes, payloads, src, ns, len(arr), n_full, resolved=False)
@@ -144,6 +143,29 @@ class ContextCache:
         with self._lock:
             self._resolve(nodes, payloads, src, found, ns)
             return self._finish(nodes, payloads, src, ns, len(arr), n_full, resolved=True)
+
+    def _finish_simple(self, nodes: list[Node], ns: Namespace, n_tokens: int, n_full: int) -> Match:
+        """Under the lock, one RAM tier: the lookup hot path, one batch call per step."""
+        tier = self.tiers[0]
+        keys = [n.key for n in nodes]
+        payloads = tier.get_many(keys)
+        if None in payloads:  # unreadable: the prefix ends there
+            cut = payloads.index(None)
+            del nodes[cut:], keys[cut:], payloads[cut:]
+        n = len(nodes)
+        if n:
+            tier.policy.on_hits(reversed(keys))  # deepest first: ancestors stay more recent
+            tier.hits += n
+            self.index.pin(nodes[-1:])  # the deepest pin protects the whole chain (see _finish)
+        hit = n * self.block_size
+        c = self._c
+        c["lookups"] += 1
+        c["hits"] += n
+        c["misses"] += n_full - n
+        c["hit_tokens"] += hit
+        c["lookup_tokens"] += n_tokens
+        usage = Usage(cache_read_tokens=hit, uncached_tokens=n_tokens - hit, by_tier={tier.name: hit} if n else {})
+        return Match(hit, n, payloads, usage, ns, nodes, _cache=self)
 
     def _plan(self, nodes: list[Node]) -> tuple[list[Any], list[int], dict[int, list[int]]]:
         """Under the lock: serve what RAM holds, list what slow tiers must read; cut at a loss."""
