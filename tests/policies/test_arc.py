@@ -4,38 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from ctxcache.cli import default_trace
 from ctxcache.policies import make_policy
 from ctxcache.policies.arc import ARC
 from ctxcache.sim.simulator import Trace, simulate
-from ctxcache.sim.traces import Request, read_mooncake
+from ctxcache.sim.traces import Request
 
-
-def access(pol, key, cap):
-    """One object-semantics access, as the simulator does it: True on a hit."""
-    if key in pol:
-        pol.on_hit(key)
-        return True
-    if len(pol) >= cap:
-        pol.evict()
-    pol.on_insert(key)
-    return False
-
-
-def mixed_stream(n=20000, seed=12345):
-    """Deterministic (no RNG library): a skewed hot set, then a loop, then a scan, repeating."""
-    x, out = seed, []
-    for i in range(n):
-        x = (x * 6364136223846793005 + 1442695040888963407) % 2**64
-        r = x >> 24
-        phase = (i // 1500) % 4
-        if phase == 3:
-            out.append(10_000 + i)
-        elif phase == 2 and r % 3:
-            out.append(1_000 + i % 140)
-        else:
-            out.append((r % 400) * ((r >> 20) % 400) // 400)
-    return out
+from .helpers import access, mixed_stream
 
 
 def test_b1_ghost_hit_grows_p_before_choosing_the_victim():
@@ -118,14 +92,9 @@ TRACE_3000 = {553: 77074, 2764: 74621, 5529: 70174, 11057: 62992}  # first 3000 
 MIXED = {8: 19329, 30: 17685, 100: 14142, 250: 8029}  # mixed_stream(), 20000 accesses
 
 
-@pytest.fixture(scope="module")
-def trace_3000():
-    return Trace(list(read_mooncake(default_trace(), limit=3000)))
-
-
 @pytest.mark.parametrize("cap", sorted(TRACE_3000))
-def test_matches_libcachesim_on_the_trace(trace_3000, cap):
-    res = simulate(trace_3000, ARC(capacity=cap), cap, semantics="object")
+def test_matches_libcachesim_on_the_trace(trace_head, cap):
+    res = simulate(trace_head, ARC(capacity=cap), cap, semantics="object")
     assert res.misses == TRACE_3000[cap]
 
 

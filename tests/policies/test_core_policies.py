@@ -7,13 +7,7 @@ import math
 from ctxcache.policies import make_policy
 
 from ..conftest import FakeClock
-
-
-def drain(p):
-    out = []
-    while (k := p.evict()) is not None:
-        out.append(k)
-    return out
+from .helpers import drain
 
 
 def test_lru_evicts_least_recently_used():

@@ -6,12 +6,10 @@ import random
 
 import pytest
 
-from ctxcache.cli import default_trace
 from ctxcache.errors import ConfigError
 from ctxcache.policies import make_policy
 from ctxcache.policies.s3fifo import S3FIFO
-from ctxcache.sim.simulator import Trace, simulate
-from ctxcache.sim.traces import read_mooncake
+from ctxcache.sim.simulator import simulate
 
 # libcachesim 0.3.5 (/tmp/lcs/.venv), lcs.S3FIFO(cache_size=C, hashpower=16) with its defaults
 # (small 0.1, ghost 0.9, threshold 2), one cache.get() per block id (obj_size 1) over the flattened
@@ -130,16 +128,8 @@ def test_params_and_validation():
         S3FIFO(capacity=10, small_ratio=1.5)
 
 
-@pytest.fixture(scope="module")
-def head_trace():
-    path = default_trace()
-    if not path.exists():
-        pytest.skip(f"trace not found: {path}")
-    return Trace(list(read_mooncake(path, limit=3000)))
-
-
 @pytest.mark.parametrize("capacity", sorted(LCS_MISSES))
-def test_matches_libcachesim_on_the_trace_head(head_trace, capacity):
-    assert head_trace.stream.size == 80619 and head_trace.unique_blocks == 55287
-    r = simulate(head_trace, S3FIFO(capacity=capacity), capacity, semantics="object")
+def test_matches_libcachesim_on_the_trace_head(trace_head, capacity):
+    assert trace_head.stream.size == 80619 and trace_head.unique_blocks == 55287
+    r = simulate(trace_head, S3FIFO(capacity=capacity), capacity, semantics="object")
     assert r.misses == LCS_MISSES[capacity]

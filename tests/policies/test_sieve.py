@@ -6,22 +6,15 @@ import random
 
 import pytest
 
-from ctxcache.cli import default_trace
 from ctxcache.policies import make_policy
-from ctxcache.sim.simulator import Trace, simulate
-from ctxcache.sim.traces import read_mooncake
+from ctxcache.sim.simulator import simulate
+
+from .helpers import drain
 
 # libcachesim 0.3.5 (/tmp/lcs/.venv), lcs.Sieve(cache_size=C, hashpower=16), one cache.get() per
 # block id (obj_size 1) over the flattened hash_ids of the first 3000 requests of the Mooncake
 # conversation trace: 80619 accesses, 55287 unique ids, C = round(f * unique) for f = 1/5/10/20%.
 LCS_MISSES = {553: 77074, 2764: 75514, 5529: 71024, 11057: 63703}
-
-
-def drain(p, can_evict=None):
-    out = []
-    while (k := p.evict(can_evict)) is not None:
-        out.append(k)
-    return out
 
 
 def test_survivors_keep_their_place_and_the_hand_moves_on():
@@ -108,16 +101,8 @@ def test_on_remove_at_the_hand():
     assert drain(p) == ["d", "a"]
 
 
-@pytest.fixture(scope="module")
-def head_trace():
-    path = default_trace()
-    if not path.exists():
-        pytest.skip(f"trace not found: {path}")
-    return Trace(list(read_mooncake(path, limit=3000)))
-
-
 @pytest.mark.parametrize("capacity", sorted(LCS_MISSES))
-def test_matches_libcachesim_on_the_trace_head(head_trace, capacity):
-    assert head_trace.stream.size == 80619 and head_trace.unique_blocks == 55287
-    r = simulate(head_trace, "sieve", capacity, semantics="object")
+def test_matches_libcachesim_on_the_trace_head(trace_head, capacity):
+    assert trace_head.stream.size == 80619 and trace_head.unique_blocks == 55287
+    r = simulate(trace_head, "sieve", capacity, semantics="object")
     assert r.misses == LCS_MISSES[capacity]

@@ -8,13 +8,7 @@ from ctxcache.errors import ConfigError
 from ctxcache.policies import make_policy
 
 from ..conftest import FakeClock
-
-
-def drain(p, can_evict=None):
-    out = []
-    while (k := p.evict(can_evict)) is not None:
-        out.append(k)
-    return out
+from .helpers import drain
 
 
 def scenario(refresh: bool):

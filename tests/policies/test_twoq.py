@@ -4,38 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from ctxcache.cli import default_trace
 from ctxcache.policies import make_policy
 from ctxcache.policies.twoq import TwoQ
 from ctxcache.sim.simulator import Trace, simulate
-from ctxcache.sim.traces import Request, read_mooncake
+from ctxcache.sim.traces import Request
 
-
-def access(pol, key, cap):
-    """One object-semantics access, as the simulator does it: True on a hit."""
-    if key in pol:
-        pol.on_hit(key)
-        return True
-    if len(pol) >= cap:
-        pol.evict()
-    pol.on_insert(key)
-    return False
-
-
-def mixed_stream(n=20000, seed=12345):
-    """Deterministic (no RNG library): a skewed hot set, then a loop, then a scan, repeating."""
-    x, out = seed, []
-    for i in range(n):
-        x = (x * 6364136223846793005 + 1442695040888963407) % 2**64
-        r = x >> 24
-        phase = (i // 1500) % 4
-        if phase == 3:
-            out.append(10_000 + i)
-        elif phase == 2 and r % 3:
-            out.append(1_000 + i % 140)
-        else:
-            out.append((r % 400) * ((r >> 20) % 400) // 400)
-    return out
+from .helpers import access, mixed_stream
 
 
 def test_hits_in_a1in_do_not_save_a_key():
@@ -132,14 +106,9 @@ TRACE_3000 = {553: 77221, 2764: 74542, 5529: 71018, 11057: 64580}  # first 3000 
 MIXED = {8: 19306, 30: 17694, 100: 14185, 250: 8601}  # mixed_stream(), 20000 accesses
 
 
-@pytest.fixture(scope="module")
-def trace_3000():
-    return Trace(list(read_mooncake(default_trace(), limit=3000)))
-
-
 @pytest.mark.parametrize("cap", sorted(TRACE_3000))
-def test_matches_libcachesim_on_the_trace(trace_3000, cap):
-    assert simulate(trace_3000, TwoQ(capacity=cap), cap, semantics="object").misses == TRACE_3000[cap]
+def test_matches_libcachesim_on_the_trace(trace_head, cap):
+    assert simulate(trace_head, TwoQ(capacity=cap), cap, semantics="object").misses == TRACE_3000[cap]
 
 
 @pytest.mark.parametrize("cap", sorted(MIXED))

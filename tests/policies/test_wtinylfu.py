@@ -8,12 +8,10 @@ import numpy as np
 import pytest
 import xxhash
 
-from ctxcache.cli import default_trace
 from ctxcache.errors import ConfigError
 from ctxcache.policies import make_policy
 from ctxcache.policies.wtinylfu import WTinyLFU, xxh64_u64
-from ctxcache.sim.simulator import Trace, simulate
-from ctxcache.sim.traces import read_mooncake
+from ctxcache.sim.simulator import simulate
 
 # libcachesim 0.3.5 (/tmp/lcs/.venv), lcs.WTinyLFU(cache_size=C, hashpower=16) with its defaults
 # (window 0.01, main SLRU), one cache.get() per block id (obj_size 1) over the flattened hash_ids
@@ -160,19 +158,11 @@ def test_without_capacity_and_validation():
         WTinyLFU(capacity=100, slru=(1, 0))
 
 
-@pytest.fixture(scope="module")
-def head_trace():
-    path = default_trace()
-    if not path.exists():
-        pytest.skip(f"trace not found: {path}")
-    return Trace(list(read_mooncake(path, limit=3000)))
-
-
 @pytest.mark.parametrize("capacity", sorted(LCS_MISSES))
-def test_matches_libcachesim_on_the_trace_head(head_trace, capacity):
-    assert head_trace.stream.size == 80619 and head_trace.unique_blocks == 55287
+def test_matches_libcachesim_on_the_trace_head(trace_head, capacity):
+    assert trace_head.stream.size == 80619 and trace_head.unique_blocks == 55287
     p, resident, misses, doomed_hits = WTinyLFU(capacity=capacity), 0, 0, 0
-    for b in head_trace.stream.tolist():
+    for b in trace_head.stream.tolist():
         if b in p:
             doomed_hits += p.segment_of(b) == "doomed"
             p.on_hit(b)
@@ -186,5 +176,5 @@ def test_matches_libcachesim_on_the_trace_head(head_trace, capacity):
     # libCacheSim had already evicted a doomed key, so a use of one is its miss.
     assert misses + doomed_hits == LCS_MISSES[capacity]
     assert doomed_hits <= 5
-    r = simulate(head_trace, WTinyLFU(capacity=capacity), capacity, semantics="object")
+    r = simulate(trace_head, WTinyLFU(capacity=capacity), capacity, semantics="object")
     assert r.misses == misses

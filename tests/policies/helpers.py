@@ -1,0 +1,40 @@
+"""Helpers shared by the policy tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def access(pol: Any, key: Any, cap: int) -> bool:
+    """One object-semantics access, as the simulator does it: True on a hit."""
+    if key in pol:
+        pol.on_hit(key)
+        return True
+    if len(pol) >= cap:
+        pol.evict()
+    pol.on_insert(key)
+    return False
+
+
+def mixed_stream(n: int = 20000, seed: int = 12345) -> list[int]:
+    """Deterministic (no RNG library): a skewed hot set, then a loop, then a scan, repeating."""
+    x, out = seed, []
+    for i in range(n):
+        x = (x * 6364136223846793005 + 1442695040888963407) % 2**64
+        r = x >> 24
+        phase = (i // 1500) % 4
+        if phase == 3:
+            out.append(10_000 + i)
+        elif phase == 2 and r % 3:
+            out.append(1_000 + i % 140)
+        else:
+            out.append((r % 400) * ((r >> 20) % 400) // 400)
+    return out
+
+
+def drain(p: Any, can_evict: Any = None) -> list[Any]:
+    """Evict until nothing is left; the victims in order."""
+    out = []
+    while (k := p.evict(can_evict)) is not None:
+        out.append(k)
+    return out
