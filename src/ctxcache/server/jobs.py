@@ -193,3 +193,25 @@ async def events(handle: Job) -> AsyncIterator[Event]:
 
 def record(state: ServerState, out: Outcome) -> None:
     state.metrics.observe(out.usage, out.generation.completion_tokens, out.ttft_s, out.queued_s)
+
+
+async def collect(state: ServerState, handle: Job) -> tuple[str, Outcome]:
+    """A non-streaming reply: the whole text and the outcome, with metrics recorded."""
+    from .deps import APIError
+
+    parts: list[str] = []
+    out: Outcome | None = None
+    try:
+        async for ev in events(handle):
+            if ev.kind == "delta":
+                parts.append(ev.data)
+            elif ev.kind == "done":
+                out = ev.data
+            elif ev.kind == "error":
+                raise APIError(ev.data[0], ev.data[1])
+    finally:
+        handle.cancel()
+    if out is None:
+        raise APIError(500, "the model worker ended without a result")
+    record(state, out)
+    return "".join(parts), out

@@ -23,7 +23,7 @@ from fastapi.responses import StreamingResponse
 from ..integrations import SamplingParams
 from ..usage import Usage
 from .deps import APIError, tenant_for
-from .jobs import Breakpoint, ChatJob, Messages, Outcome, ServerState, events, record, start
+from .jobs import Breakpoint, ChatJob, Messages, Outcome, ServerState, collect, events, record, start
 from .pins import TTL_SECONDS
 from .schemas import MessageResponse, MessagesRequest, TextBlock
 from .worker import Job
@@ -102,26 +102,12 @@ async def messages(
         return StreamingResponse(
             _sse(state, handle, mid), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
         )
-    parts: list[str] = []
-    out: Outcome | None = None
-    try:
-        async for ev in events(handle):
-            if ev.kind == "delta":
-                parts.append(ev.data)
-            elif ev.kind == "done":
-                out = ev.data
-            elif ev.kind == "error":
-                raise APIError(ev.data[0], ev.data[1])
-    finally:
-        handle.cancel()
-    if out is None:
-        raise APIError(500, "the model worker ended without a result")
-    record(state, out)
+    text, out = await collect(state, handle)
     return MessageResponse.model_validate(
         {
             "id": mid,
             "model": state.model_id,
-            "content": [{"type": "text", "text": "".join(parts)}],
+            "content": [{"type": "text", "text": text}],
             "stop_reason": _stop_reason(out),
             "stop_sequence": out.generation.stop_sequence,
             "usage": _usage(out, out.usage, out.generation.completion_tokens),

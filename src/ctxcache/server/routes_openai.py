@@ -18,7 +18,7 @@ from fastapi.responses import StreamingResponse
 
 from ..integrations import SamplingParams
 from .deps import APIError, tenant_for
-from .jobs import ChatJob, Messages, Outcome, ServerState, events, record, start
+from .jobs import ChatJob, Messages, Outcome, ServerState, collect, events, record, start
 from .schemas import ChatCompletion, ChatCompletionRequest
 from .worker import Job
 
@@ -87,27 +87,13 @@ async def chat_completions(
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
-    parts: list[str] = []
-    out: Outcome | None = None
-    try:
-        async for ev in events(handle):
-            if ev.kind == "delta":
-                parts.append(ev.data)
-            elif ev.kind == "done":
-                out = ev.data
-            elif ev.kind == "error":
-                raise APIError(ev.data[0], ev.data[1])
-    finally:
-        handle.cancel()
-    if out is None:
-        raise APIError(500, "the model worker ended without a result")
-    record(state, out)
+    text, out = await collect(state, handle)
     return ChatCompletion.model_validate(
         {
             "id": rid,
             "created": created,
             "model": state.model_id,
-            "choices": [{"message": {"content": "".join(parts)}, "finish_reason": _finish(out)}],
+            "choices": [{"message": {"content": text}, "finish_reason": _finish(out)}],
             "usage": _usage(out),
             "ctxcache": out.extension(),
         }
