@@ -8,6 +8,7 @@ A missed key is always admitted (demand paging), as in libCacheSim's Belady.
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 import numpy as np
@@ -35,3 +36,14 @@ class Belady(ScoredPolicy):
         if self._future is None:
             return -_NEVER
         return -float(self._future[self.position])
+
+    def on_insert(self, key: Key) -> None:
+        # The simulator's hot path (one call per access): ScoredPolicy._push, inlined.
+        seq = next(self._seq)
+        self._entry[key] = seq
+        heapq.heappush(self._heap, (-self._future[self.position] if self._future is not None else -_NEVER, seq, key))
+        if len(self._heap) > 2 * len(self._entry) + 64:
+            self._heap = [e for e in self._heap if self._entry.get(e[2]) == e[1]]
+            heapq.heapify(self._heap)
+
+    on_hit = on_insert
