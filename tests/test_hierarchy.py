@@ -307,3 +307,21 @@ def test_a_payload_the_codec_refuses_stores_nothing(tmp_path):
         assert cache.stats()["blocks"] == 0 and cache.stats()["write_errors"] == 0
         assert cache.store(list(range(8)), [good, good]).cache_creation_tokens == 8
         cache.close()
+
+
+def test_close_writes_ram_blocks_down_so_a_restart_finds_them(tmp_path):
+    cfg = {
+        "block_size": 4,
+        "tiers": [
+            {"kind": "memory", "capacity": "1MiB"},
+            {"kind": "disk", "capacity": "4MiB", "path": str(tmp_path / "kv")},
+        ],
+    }
+    toks = list(range(40))
+    payloads = [[np.full((2, 4), i, dtype=np.float32)] for i in range(10)]
+    with ContextCache.from_config(cfg) as cache:
+        cache.store(toks, payloads)
+        assert cache.stats()["tiers"]["memory"]["blocks"] == 10  # all still in RAM before close
+    with ContextCache.from_config(cfg) as again, again.lookup(toks) as m:
+        assert m.hit_tokens == 40 and m.usage.by_tier == {"disk": 40}
+        assert all(np.array_equal(np.asarray(p[0]), q[0]) for p, q in zip(m.payloads, payloads))

@@ -399,10 +399,21 @@ class ContextCache:
         return out
 
     def close(self) -> None:
-        """Flush queued writes to their tiers, stop the mover, close every tier. Idempotent."""
+        """Write RAM blocks down to the first persistent tier (so a restart finds them), flush
+        queued writes, stop the mover, close every tier. Idempotent."""
         if self._closed:
             return
         self._closed = True
+        if self._h.persistent:
+            for t in range(min(self._h.persistent)):
+                if self.tiers[t].slow:
+                    continue
+                while True:
+                    with self._lock:
+                        moved = self._h.spill(t)
+                    if not moved:
+                        break
+                    self._h.mover.wait_idle(60.0)  # the write buffer filled up: let it drain
         self._h.mover.stop()
         with self._lock:
             for tier in self.tiers:

@@ -124,6 +124,27 @@ class Hierarchy:
         self._drop(t, key)  # a copy, or an orphan with nowhere to go
         return True
 
+    def spill(self, t: int) -> int:
+        """Shutdown: demote the unpinned blocks of RAM tier ``t`` one tier down (never evict them).
+
+        Returns how many moved; it stops early when the write buffer is full, so the caller
+        waits for the mover and calls again until nothing moves.
+        """
+        tier = self.tiers[t]
+        moved = 0
+        for key in list(tier.keys()):
+            node = self.index.get(key)
+            if node is None or node.tier != t or node.pins or key in self.mover.pending:
+                continue
+            try:
+                if not self._demote(t, key, node):
+                    break
+            except PayloadError:  # a hot payload the slow tier's codec cannot encode: it stays
+                continue
+            tier.policy.on_remove(key)
+            moved += 1
+        return moved
+
     def _drop(self, t: int, key: Hashable) -> None:
         tier = self.tiers[t]
         if tier.slow:
