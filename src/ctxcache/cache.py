@@ -398,22 +398,31 @@ class ContextCache:
             out["tiers"] = {t.name: t.stats() for t in self.tiers}
         return out
 
+    def _spill(self, budget_s: float = 30.0) -> None:
+        """Write RAM blocks down into the first persistent tier when it is local disk.
+
+        Only disk: a remote tier may be down or hung at shutdown, and close() must not wait on
+        it. Bounded by ``budget_s`` in all; what does not fit in time stays in RAM (and is lost).
+        """
+        if not self._h.persistent or self.tiers[min(self._h.persistent)].kind != "disk":
+            return
+        deadline = time.monotonic() + budget_s
+        for t in range(min(self._h.persistent)):
+            if self.tiers[t].slow:
+                continue
+            while time.monotonic() < deadline:
+                with self._lock:
+                    moved = self._h.spill(t)
+                if not moved or not self._h.mover.wait_idle(max(0.1, deadline - time.monotonic())):
+                    break
+
     def close(self) -> None:
-        """Write RAM blocks down to the first persistent tier (so a restart finds them), flush
-        queued writes, stop the mover, close every tier. Idempotent."""
+        """Write RAM blocks down to local disk if that is the first persistent tier (so a restart
+        finds them), flush queued writes, stop the mover, close every tier. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        if self._h.persistent:
-            for t in range(min(self._h.persistent)):
-                if self.tiers[t].slow:
-                    continue
-                while True:
-                    with self._lock:
-                        moved = self._h.spill(t)
-                    if not moved:
-                        break
-                    self._h.mover.wait_idle(60.0)  # the write buffer filled up: let it drain
+        self._spill()
         self._h.mover.stop()
         with self._lock:
             for tier in self.tiers:
