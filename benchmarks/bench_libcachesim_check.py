@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lcs_oracle import LCS_CLASSES, lcs, libcachesim_run
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -23,47 +24,9 @@ from ctxcache.policies import policy_names
 from ctxcache.sim.simulator import Trace, simulate
 from ctxcache.sim.traces import read_mooncake
 
-try:  # optional oracle: GPL, never a dependency of the package
-    import libcachesim as lcs
-except ImportError:
-    lcs = None
-
 TOLERANCE = 0.005
 SIZES = (0.01, 0.05, 0.10, 0.20)
 RESULTS = Path(__file__).resolve().parent / "results"
-LCS_CLASSES = {
-    "lru": "LRU",
-    "fifo": "FIFO",
-    "lfu": "LFU",
-    "arc": "ARC",
-    "lirs": "LIRS",
-    "2q": "TwoQ",
-    "s3fifo": "S3FIFO",
-    "sieve": "Sieve",
-    "w-tinylfu": "WTinyLFU",
-    "belady": "Belady",
-}
-
-
-def libcachesim_misses(cls: str, ids: list[int], next_use: list[int], cap: int) -> int:
-    assert lcs is not None
-    cache = getattr(lcs, cls)(cache_size=cap, hashpower=20)  # hashpower changes speed, not results
-    req = lcs.Request()
-    req.obj_size = 1
-    get = cache.get
-    misses = 0
-    if cls == "Belady":
-        # Absolute position of the next access (int64 max if none): the default -2 silently
-        # makes Belady evict arbitrarily, and a reuse distance gives wrong answers.
-        for b, nxt in zip(ids, next_use):
-            req.obj_id = b
-            req.next_access_vtime = nxt
-            misses += not get(req)
-    else:
-        for b in ids:
-            req.obj_id = b
-            misses += not get(req)
-    return misses
 
 
 def main() -> None:
@@ -100,7 +63,7 @@ def main() -> None:
             for frac, cap in caps.items():
                 bar.update(task, description=f"{pol} @ {frac}")
                 ours = simulate(trace, pol, cap, semantics="object", size_fraction=float(frac)).miss_ratio
-                ref = libcachesim_misses(cls, ids, next_use, cap) / n if lcs is not None else None
+                ref = libcachesim_run(cls, ids, next_use, cap)[0] / n if lcs is not None else None
                 diff = abs(ours - ref) if ref is not None else None
                 ok = diff <= TOLERANCE if diff is not None else None
                 if ok is False:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lcs_oracle import LCS_CLASSES, lcs, libcachesim_run
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -31,26 +32,8 @@ from ctxcache.policies import policy_names
 from ctxcache.sim.simulator import Trace, simulate
 from ctxcache.sim.traces import read_mooncake
 
-try:  # optional oracle: GPL, never a dependency of the package
-    import libcachesim as lcs
-except ImportError:
-    lcs = None
-
 SIZE = 0.10
 RESULTS = Path(__file__).resolve().parent / "results"
-LCS_CLASSES = {
-    "lru": "LRU",
-    "fifo": "FIFO",
-    "lfu": "LFU",
-    "arc": "ARC",
-    "lirs": "LIRS",
-    "2q": "TwoQ",
-    "s3fifo": "S3FIFO",
-    "sieve": "Sieve",
-    "w-tinylfu": "WTinyLFU",
-    "belady": "Belady",
-}
-NEVER = 2**63 - 1  # libcachesim's "no next access" for Belady (INT64_MAX, not -1)
 
 
 def ordereddict_lru(ids: list[int], cap: int) -> tuple[int, float]:
@@ -70,29 +53,6 @@ def ordereddict_lru(ids: list[int], cap: int) -> tuple[int, float]:
     return misses, time.perf_counter() - t0
 
 
-def libcachesim_run(cls: str, ids: list[int], next_use: list[int], cap: int) -> tuple[int, float]:
-    """One libcachesim cache over the stream via ``get()``; construction is not timed."""
-    assert lcs is not None
-    cache = getattr(lcs, cls)(cache_size=cap, hashpower=20)  # 2^24 default buckets: page faults dominate
-    req = lcs.Request()
-    req.obj_size = 1
-    get = cache.get
-    misses = 0
-    t0 = time.perf_counter()
-    if cls == "Belady":
-        for b, nxt in zip(ids, next_use):
-            req.obj_id = b
-            req.next_access_vtime = nxt
-            if not get(req):
-                misses += 1
-    else:
-        for b in ids:
-            req.obj_id = b
-            if not get(req):
-                misses += 1
-    return misses, time.perf_counter() - t0
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -105,7 +65,7 @@ def main() -> None:
     cap = trace.capacity(SIZE)
     n = int(trace.stream.size)
     ids = trace.stream.tolist()
-    next_use = trace.next_use.tolist()  # int64 max = NEVER where there is no next access
+    next_use = trace.next_use.tolist()  # int64 max where there is no next access
     policies = policy_names()
     lcs_policies = [p for p in LCS_CLASSES if lcs is not None]
 
