@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..index import RadixIndex
 from ..policies import POLICIES, Policy, make_policy
-from ..policies.base import as_offline
+from ..policies.base import Offline, as_offline
 from .costmodel import CostModel
 from .traces import MOONCAKE_BLOCK, Request
 
@@ -253,26 +253,32 @@ def _run_prefix(
             full = n if partial or r.input_length >= n * bs else n - 1
             if h < full:
                 new = _insert_chain(idx, pol, capacity, blocks[:full], h, parent, can_evict)
-        # Deepest block first, new ones before hit ones: every ancestor then looks more recently
-        # used (and, on ties, newer) than its descendants, so victims are found at the leaves.
-        if fut is not None:
-            for j in range(h + len(new) - 1, h - 1, -1):
-                fut.position = pos + j
-                pol.on_insert(blocks[j])
-            for j in range(h - 1, -1, -1):
-                fut.position = pos + j
-                pol.on_hit(blocks[j])
-        else:
-            for b in reversed(new):
-                pol.on_insert(b)
-            if h:
-                pol.on_hits(reversed(blocks[:h]))
+        _report(pol, fut, blocks, h, new, pos)
         pos += n
         if progress is not None and (r_i & 255) == 255:
             progress(256)
     if progress is not None:
         progress(len(trace.requests) & 255)
     return misses, hit_tokens, saved
+
+
+def _report(pol: Policy, fut: Offline | None, blocks: Sequence[int], h: int, new: list[int], pos: int) -> None:
+    """Tell the policy about a request's hits and new blocks.
+
+    Deepest block first, new ones before hit ones: every ancestor then looks more recently used
+    (and, on ties, newer) than its descendants, so victims are found at the leaves."""
+    if fut is not None:
+        for j in range(h + len(new) - 1, h - 1, -1):
+            fut.position = pos + j
+            pol.on_insert(blocks[j])
+        for j in range(h - 1, -1, -1):
+            fut.position = pos + j
+            pol.on_hit(blocks[j])
+        return
+    for b in reversed(new):
+        pol.on_insert(b)
+    if h:
+        pol.on_hits(reversed(blocks[:h]))
 
 
 def _insert_chain(
