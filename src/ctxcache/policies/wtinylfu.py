@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import OrderedDict
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,7 @@ _P1, _P2, _P3 = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9  # XX
 _P4, _P5 = 0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5
 _BLOCK = 256
 _xxh64 = xxhash.xxh64_intdigest
-_UNDECIDED: Any = object()  # _evict_fast's answer when the common step does not apply
+_UNDECIDED: Hashable = object()  # _evict_fast's answer when the common step does not apply
 
 
 def _key_bytes(key: Key) -> bytes:
@@ -288,10 +289,10 @@ class WTinyLFU(Policy):
         if self._fast and not self._doomed:
             key = self._evict_fast(can_evict, mn)
             if key is not _UNDECIDED:
-                return key  # type: ignore[no-any-return]
+                return key
         return self._evict_general(can_evict, mn)
 
-    def _evict_fast(self, can_evict: CanEvict, mn: int) -> Any:
+    def _evict_fast(self, can_evict: CanEvict, mn: int) -> Key | None:
         """The common step (window head against main's head, both evictable), or _UNDECIDED."""
         win, prob, prot, idx = self._win, self._prob, self._prot, self._idx
         while win and len(prob) + len(prot) < mn:  # main has room: window keys move over
