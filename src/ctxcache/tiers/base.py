@@ -7,7 +7,7 @@ limits and its event counters, and decides what to evict and where victims go.
 
 A tier is built with the limits the engine will enforce for it (``capacity``, ``high``/``low``
 watermarks, ``policy``: a name, a mapping or a Policy object). It keeps them as plain data and
-never reads them itself; they stay on the constructor so ``ContextCache([MemoryTier("1GiB")...])``
+never reads them itself; they stay on the constructor so ``ContextCache([MemoryTier(1 << 30), ...])``
 reads as it always did.
 
 Capabilities are declared by class flags, never discovered by trying a call:
