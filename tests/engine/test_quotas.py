@@ -22,9 +22,12 @@ def test_a_flooding_tenant_evicts_its_own_blocks_first(tmp_path, mode):
     if mode == "quota":
         tenants["a"] = {"quota": {"memory": 8 * BLOCK}}
     cache = cache_with([tier_of("memory", tmp_path, capacity=24 * BLOCK)], tenants)
-    assert cache.slots[0].tier.size_of(  # the unit this test counts in
-        [__import__("numpy").zeros(16, "float32")]
-    ) == BLOCK
+    assert (
+        cache.slots[0].tier.size_of(  # the unit this test counts in
+            [__import__("numpy").zeros(16, "float32")]
+        )
+        == BLOCK
+    )
     mine = [prompt_of(i) for i in (1, 2)]
     hits(cache, "b", mine)
     for i in range(100, 140):

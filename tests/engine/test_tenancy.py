@@ -6,12 +6,10 @@ import hashlib
 
 import pytest
 
-from ctxcache import ContextCache
-from ctxcache.engine.tenancy import InvalidSaltError, PinnedQuotaError, UnknownTenantError, load_tenancy
+from ctxcache.engine.tenancy import InvalidSaltError, UnknownTenantError, load_tenancy
 from ctxcache.errors import ConfigError
 
-from .tenancy_util import BS, cache_with, prompt_of, tier_of
-from .tenancy_util import ask
+from .tenancy_util import BS, ask, cache_with, prompt_of, tier_of
 
 TWO = {"a": {"api_keys": ["sk-a"]}, "b": {"api_keys": ["sk-b"]}}
 
@@ -20,7 +18,10 @@ def test_tenants_from_config_with_hashed_keys_and_env_overrides():
     digest = "sha256:" + hashlib.sha256(b"sk-b").hexdigest()
     env = {"CTXCACHE_TENANT_TEAM_A_TTL": "1h", "CTXCACHE_TENANT_TEAM_A_PRIORITY": "1", "CTXCACHE_SECRET": "s"}
     ty = load_tenancy(
-        {"team-a": {"api_keys": ["sk-a"], "quota": {"memory": "1MiB", "disk": 0}, "ttl": "5m"}, "b": {"api_keys": [digest]}},
+        {
+            "team-a": {"api_keys": ["sk-a"], "quota": {"memory": "1MiB", "disk": 0}, "ttl": "5m"},
+            "b": {"api_keys": [digest]},
+        },
         {"max_pinned": "1KiB", "admin_keys": ["adm"]},
         env=env,
     )

@@ -81,6 +81,7 @@ class Slot:
         self.by_tenant: dict[str, int] = {}  # tenant -> bytes it holds here
         self.quotas: dict[str, int] = {}  # tenant -> byte limit here (tenancy sets it; absent: none)
         self.owner_of: Callable[[Hashable], str] = lambda key: ORPHAN  # the engine sets it
+
     @property
     def codec(self) -> Codec | None:
         return self.tier.codec
@@ -111,7 +112,9 @@ class Slot:
         if key not in self.owners:
             self.charge(key, self.owner_of(key) if tenant is None else tenant, size)
 
-    def admit_chain(self, keys: Iterable[Hashable], sizes: Iterable[int] | None = None, tenant: str | None = None) -> None:
+    def admit_chain(
+        self, keys: Iterable[Hashable], sizes: Iterable[int] | None = None, tenant: str | None = None
+    ) -> None:
         if sizes is None:
             for key in keys:
                 self.admit(key)

@@ -130,8 +130,7 @@ class Tenancy:
 def check_salt(salt: object) -> str:
     if not isinstance(salt, str) or not _SALT.match(salt):
         raise InvalidSaltError(
-            "cache_salt must be 1-128 characters of letters, digits and _ . : - + / =, "
-            f"got {salt!r:.40}"
+            f"cache_salt must be 1-128 characters of letters, digits and _ . : - + / =, got {salt!r:.40}"
         )
     return salt
 
