@@ -31,7 +31,8 @@ def tier_of(kind: str, tmp_path: Any, redis_url: str | None = None, capacity: in
 def cache_with(tiers: list[Tier], tenants: dict[str, Any], clock: Any = None, **opts: Any) -> ContextCache:
     kw: dict[str, Any] = {"clock": clock} if clock is not None else {}
     sleep = opts.pop("sleep", None)
-    cache = ContextCache(tiers, block_size=BS, tenancy=load_tenancy(tenants, opts, env={}), **kw)
+    env = {"CTXCACHE_MASTER_KEY": opts.pop("env_key")} if "env_key" in opts else {}
+    cache = ContextCache(tiers, block_size=BS, tenancy=load_tenancy(tenants, opts, env=env), **kw)
     if sleep is not None:
         cache._engine.sleep = sleep
     return cache

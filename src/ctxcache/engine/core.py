@@ -28,6 +28,7 @@ from .factory import make_slots
 from .fairness import Fairness
 from .lookup import Match
 from .placement import LOST, Placement
+from .sealing import TenantSealer
 from .slot import ORPHAN, Counters, Slot
 from .tenancy import Tenancy
 
@@ -94,6 +95,11 @@ class Engine:
         for t in tenancy.tenants.values():
             if t.rate is not None:
                 self.buckets[t.id] = TokenBucket(t.rate, t.burst, self.clock)
+        if tenancy.master_key is not None:
+            sealer = TenantSealer(tenancy.master_key)
+            for slot in self.slots:
+                if slot.slow and slot.tier.codec is not None:
+                    slot.tier.codec.sealer = sealer
         if any(t.ttl is not None for t in tenancy.tenants.values()):
             self._sweeper = threading.Thread(target=self._sweep_loop, name="ctxcache-ttl-sweeper", daemon=True)
             self._sweeper.start()

@@ -34,7 +34,8 @@ DISCOVER_BATCH = 32  # blocks probed per round trip when looking for blocks the 
 
 def meta_of(node: Node) -> BlockMeta:
     parent = node.parent if isinstance(node.parent, bytes) else b""
-    return BlockMeta(node.tokens, parent, node.depth)
+    tenant = node.tag.encode() if isinstance(node.tag, str) else b""
+    return BlockMeta(node.tokens, parent, node.depth, tenant)
 
 
 class Placement:
@@ -188,15 +189,7 @@ class Placement:
             blob = None
             if src.slow:
                 size = src.nbytes(key)  # same-codec estimate; the mover charges the real size
-            elif (
-                src.codec
-                and dst.codec
-                and (src.codec.mode, src.codec.compression)
-                == (
-                    dst.codec.mode,
-                    dst.codec.compression,
-                )
-            ):
+            elif src.codec and dst.codec and src.codec.same_format(dst.codec):
                 blob = src.get_blob(key)
                 size = len(blob) if blob is not None else 0
             else:

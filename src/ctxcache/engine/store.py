@@ -90,10 +90,12 @@ def _encode(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int
     codec = e.slots[0].codec
     blobs: list[bytes | None] = [None] * len(payloads)
     if codec is not None:
-        keys, root = prompt.keys(), prompt.namespace.root
+        keys, root, tenant = prompt.keys(), prompt.namespace.root, prompt.namespace.tenant.encode()
         for i in range(first_block, prompt.n_blocks):
             parent_key = keys[i - 1] if i else root
-            blobs[i - first_block] = codec.encode(payloads[i - first_block], keys[i], prompt.block(i), parent_key, i)
+            blobs[i - first_block] = codec.encode(
+                payloads[i - first_block], keys[i], prompt.block(i), parent_key, i, tenant
+            )
     return blobs
 
 

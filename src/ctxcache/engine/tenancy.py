@@ -17,6 +17,9 @@ overrides (``CTXCACHE_TENANT_<ID>_<FIELD>``, the id upper-cased with ``-`` as ``
     ttl = "5m"                      # default block TTL, refreshed on every hit
     weight = 1.0                    # eviction weight: the tenant's share of a tier without quota
 
+Encryption at rest (off by default): ``encrypt = true`` in ``[cache.tenancy]`` with a master key
+in ``master_key_file`` or ``CTXCACHE_MASTER_KEY`` (hex or base64, 32+ bytes); see sealing.py.
+
 The namespace root is HMAC-SHA256(server secret, tenant id ‖ tenant salt): derived from the
 server's secrets and the configured id, never from anything a client sends. A per-request
 ``cache_salt`` only narrows sharing further inside the tenant (a separate chain, same owner).
@@ -35,13 +38,14 @@ from typing import Any
 
 from ..errors import ConfigError, CtxCacheError
 from ..units import parse_duration, parse_size
+from .sealing import load_master_key
 
 PRIORITIES = (0, 1, 2)
 THROTTLE_MODES = ("wait", "recompute")
 _SALT = re.compile(r"^[A-Za-z0-9_.:\-+/=]{1,128}$")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 _FIELDS = {"api_keys", "salt", "quota", "rate", "burst", "priority", "ttl", "weight"}
-_OPTIONS = {"secret", "max_pinned", "on_throttle", "admin_keys", "max_wait"}
+_OPTIONS = {"secret", "max_pinned", "on_throttle", "admin_keys", "max_wait", "encrypt", "master_key_file"}
 
 
 class UnknownTenantError(CtxCacheError, KeyError):
@@ -87,6 +91,7 @@ class Tenancy:
     on_throttle: str = "wait"
     max_wait: float = 1.0  # longest a load waits for its bucket before recomputing anyway
     admin_digests: frozenset[str] = frozenset()
+    master_key: bytes | None = None  # set: disk and Redis blobs are sealed per tenant (sealing.py)
     _by_key: dict[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -161,6 +166,10 @@ def load_tenancy(
     if not isinstance(admin, list) or not all(isinstance(k, str) and k for k in admin):
         raise ConfigError("tenancy.admin_keys must be a list of non-empty strings")
     pinned = options.get("max_pinned")
+    encrypt = options.get("encrypt", False)
+    if not isinstance(encrypt, bool):
+        raise ConfigError(f"tenancy.encrypt must be true or false, got {encrypt!r}")
+    master = load_master_key(options.get("master_key_file"), env.get("CTXCACHE_MASTER_KEY")) if encrypt else None
     return Tenancy(
         parsed,
         secret=secret.encode(),
@@ -168,6 +177,7 @@ def load_tenancy(
         on_throttle=mode,
         max_wait=parse_duration(options.get("max_wait", 1.0), "tenancy.max_wait"),
         admin_digests=frozenset(key_digest(k) for k in admin),
+        master_key=master,
     )
 
 

@@ -41,6 +41,7 @@ class BlockMeta:
     tokens: bytes = b""
     parent: bytes = b""
     depth: int = 0
+    tenant: bytes = b""  # the owning tenant's id, which headers carry (erasure, sealing)
 
 
 NO_META = BlockMeta()
