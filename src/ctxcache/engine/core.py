@@ -78,8 +78,9 @@ class Engine:
             self._set_tenancy(tenancy)
         for slot in self.slots:
             slot.policy.attach(self.index)
-            if slot.persistent:  # blocks left by an earlier run: evictable orphans, oldest first
-                slot.admit_chain(list(slot.tier.keys()))
+            if slot.persistent:  # blocks left by an earlier run: evictable orphans, oldest first,
+                for key in list(slot.tier.keys()):  # charged to the tenant their header names
+                    slot.admit(key, tenant=slot.tier.tenant_of(key).decode(errors="replace") or ORPHAN)
 
     def _set_tenancy(self, tenancy: Tenancy) -> None:
         get = self.index.get

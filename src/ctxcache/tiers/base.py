@@ -162,6 +162,11 @@ class Tier(ABC):
         """Stop charging for ``key`` without touching storage (it was found missing or bad)."""
         self.delete(key)
 
+    def tenant_of(self, key: Hashable) -> bytes:
+        """The owner a held block's header names, where the tier read it without I/O (disk: blocks
+        found at start), else b"" (unknown)."""
+        return b""
+
     def adopt(self, key: Hashable, nbytes: int) -> None:
         """Start charging for a block found in shared storage (``persistent`` tiers only)."""
         raise NotImplementedError(f"tier {self.name!r} is not persistent: it cannot adopt blocks")
