@@ -96,7 +96,7 @@ class Sealer(Protocol):
 
     def seal(self, tenant: bytes, aad: bytes, data: bytes) -> bytes: ...
 
-    def open(self, tenant: bytes, aad: bytes, data: bytes) -> bytes: ...
+    def open(self, tenant: bytes, aad: bytes, data: Any) -> bytes: ...
 
 
 def _aad(key: bytes, parent: bytes, depth: int, tenant: bytes, tokens: bytes) -> bytes:
@@ -273,7 +273,7 @@ class Codec:
             raise CorruptBlockError("the block is encrypted and no key is configured: it is a miss")
         aad = _aad(head.key, head.parent, head.depth, head.tenant, head.tokens)
         try:
-            return self.sealer.open(head.tenant, aad, bytes(body))
+            return self.sealer.open(head.tenant, aad, body)
         except Exception:
             raise CorruptBlockError(
                 "the block failed authentication: edited, or copied from another key or tenant"

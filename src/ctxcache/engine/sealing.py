@@ -83,5 +83,6 @@ class TenantSealer:
         nonce = os.urandom(NONCE)
         return nonce + bytes(self._cipher(tenant).encrypt(nonce, data, aad))
 
-    def open(self, tenant: bytes, aad: bytes, data: bytes) -> bytes:
-        return bytes(self._cipher(tenant).decrypt(data[:NONCE], data[NONCE:], aad))
+    def open(self, tenant: bytes, aad: bytes, data: Any) -> bytes:
+        mv = memoryview(data)  # no copy of the ciphertext: AES-GCM reads the buffer in place
+        return bytes(self._cipher(tenant).decrypt(bytes(mv[:NONCE]), mv[NONCE:], aad))
