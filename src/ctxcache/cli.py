@@ -19,6 +19,7 @@ from rich.table import Table
 from . import __version__
 from .cache import ContextCache
 from .errors import CtxCacheError
+from .observability.cli import register as register_observability
 from .policies import policy_names
 from .sim.costmodel import PRESETS, get_cost_model
 from .sim.report import plot_curves, render_table, run_grid, to_record
@@ -218,6 +219,9 @@ def serve(
     from .server.cli import serve as run_server  # lazy: FastAPI and torch load only for this command
 
     run_server(model, host, port, config)
+
+
+register_observability(app)  # analyze, ab-report
 
 
 def main() -> None:

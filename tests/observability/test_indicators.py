@@ -46,6 +46,15 @@ def test_hit_rate_slope_by_hand():
     assert len(s.points()) == 2
 
 
+def test_hit_rate_slope_needs_a_span_of_time():
+    c = Clock()
+    s = HitRateSlope(c, window_s=600)  # points must span >= 30 s
+    for t, h, n in [(0.0, 0, 0), (0.1, 0, 100), (0.2, 100, 200)]:  # 0 % then 100 % within 0.2 s
+        c.t = t
+        s.sample(h, n)
+    assert len(s.points()) == 2 and s.value() == 0.0
+
+
 def test_hit_rate_slope_window_and_reset():
     c = Clock()
     s = HitRateSlope(c, window_s=100)

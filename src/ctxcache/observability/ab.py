@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,7 +101,11 @@ def compare(a: GroupStats, b: GroupStats, alpha: float = 0.05) -> Comparison:
     def p_or_nan(fn: Any, x: Sequence[float], y: Sequence[float]) -> float:
         if len(x) < 2 or len(y) < 2:
             return float("nan")
-        p = float(fn(x, y).pvalue)
+        if len(set(x)) == 1 and set(x) == set(y):
+            return 1.0  # identical constant samples: no difference (the tests divide by zero)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # near-constant samples: scipy warns, p is still usable
+            p = float(fn(x, y).pvalue)
         return 1.0 if math.isnan(p) else p  # identical constant samples: no difference
 
     hp = p_or_nan(lambda x, y: stats.ttest_ind(x, y, equal_var=False), a.per_request_hit, b.per_request_hit)

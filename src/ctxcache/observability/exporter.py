@@ -43,7 +43,7 @@ _COUNTERS = {
 
 
 def _num(v: Any) -> float:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
+    return float(v) if isinstance(v, (int, float)) else 0.0  # bools too: healthy -> 1/0
 
 
 def _tier_families(tiers: Mapping[str, Mapping[str, Any]]) -> Iterator[Metric]:

@@ -96,7 +96,10 @@ class HitRateSlope:
         return out
 
     def value(self) -> float:
+        """0.0 until the points span ``window_s / 20``: a slope over seconds would be all noise."""
         pts = self.points()
+        if len(pts) < 2 or (pts[-1][0] - pts[0][0]) * 60.0 < self.window_s / 20:
+            return 0.0
         return ls_slope([p[0] for p in pts], [p[1] for p in pts])
 
 
