@@ -18,7 +18,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ..sim.costmodel import CostModel
-from .observer import REASONS, CacheObserver
+from .observer import CacheObserver
+
+REASONS = ("capacity", "ttl", "quota", "erasure", "corrupt")
 
 _PHASE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -34,6 +36,7 @@ _COUNTERS = {
     "promotions": ("ctxcache_promotions", "blocks copied up to a faster tier on a hit"),
     "demotions": ("ctxcache_demotions", "blocks moved down to a slower tier under pressure"),
     "lost": ("ctxcache_lost_blocks", "indexed blocks whose payload could not be loaded"),
+    "demotions_skipped": ("ctxcache_demotions_skipped", "demotions given up (no room below, or a slow tier down)"),
     "repaired": ("ctxcache_repaired_blocks", "lost blocks stored again"),
     "write_errors": ("ctxcache_write_errors", "failed writes to a tier"),
     "collisions": ("ctxcache_hash_collisions", "key collisions caught by token verification"),
@@ -60,22 +63,29 @@ def _tier_families(tiers: Mapping[str, Mapping[str, Any]]) -> Iterator[Metric]:
         "reconnects": CounterMetricFamily("ctxcache_tier_reconnects", "backend reconnections", labels=lab),
         "errors": CounterMetricFamily("ctxcache_tier_errors", "backend errors", labels=lab),
     }
-    evictions = CounterMetricFamily(
-        "ctxcache_evictions", "blocks evicted, by tier and reason", labels=["tier", "kind", "reason"]
+    fam["evictions"] = CounterMetricFamily(
+        "ctxcache_tier_evictions", "blocks pushed out of the tier (demoted to a slower one, or dropped)", labels=lab
     )
     for name, ts in tiers.items():
         labels = [name, str(ts.get("kind", ""))]
         for key, f in fam.items():
             if key in ts:
                 f.add_metric(labels, _num(ts[key]))  # type: ignore[attr-defined]
-        by_reason = ts.get("evictions_by_reason")
-        if isinstance(by_reason, Mapping):
-            for reason, n in by_reason.items():
-                evictions.add_metric([*labels, str(reason)], _num(n))
-        else:  # a tier that counts evictions without reasons: all are capacity evictions
-            evictions.add_metric([*labels, "capacity"], _num(ts.get("evictions", 0)))
     yield from fam.values()
-    yield evictions
+
+
+def evictions_by_reason(s: Mapping[str, Any]) -> dict[str, int]:
+    """Blocks that left the cache, by reason, from the cache's own counters. A cache that counts
+    reasons reports ``evictions_by_reason``; otherwise every eviction is a capacity one and the
+    corrupt blocks dropped by its tiers are the corrupt ones."""
+    given = s.get("evictions_by_reason")
+    out = dict.fromkeys(REASONS, 0)
+    if isinstance(given, Mapping):
+        out.update({str(k): int(_num(v)) for k, v in given.items()})
+        return out
+    out["capacity"] = int(_num(s.get("evictions", 0)))
+    out["corrupt"] = int(_num(s.get("corrupt", 0)))
+    return out
 
 
 class CacheCollector(Collector):
@@ -104,6 +114,10 @@ class CacheCollector(Collector):
             yield GaugeMetricFamily(
                 "ctxcache_mover_lag_seconds", "age of the oldest queued move", value=_num(s["mover_lag_s"])
             )
+        ev = CounterMetricFamily("ctxcache_evictions", "blocks that left the cache, by reason", labels=["reason"])
+        for reason, n in evictions_by_reason(s).items():
+            ev.add_metric([reason], float(n))
+        yield ev
         tiers = s.get("tiers")
         if isinstance(tiers, Mapping):
             yield from _tier_families(tiers)
@@ -132,10 +146,9 @@ class CacheCollector(Collector):
         yield GaugeMetricFamily(
             "ctxcache_context_age_mean_seconds", "mean age of resident blocks", value=snap.mean_age_s
         )
-        rate = GaugeMetricFamily("ctxcache_eviction_window_rate", "evictions per second" + w, labels=["reason"])
-        for reason in REASONS:
-            rate.add_metric([reason], snap.evictions_by_reason.get(reason, 0) / snap.window_s)
-        yield rate
+        yield GaugeMetricFamily(
+            "ctxcache_eviction_window_rate", "evictions per second" + w, value=snap.eviction_rate_per_s
+        )
 
 
 @dataclass

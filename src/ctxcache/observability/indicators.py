@@ -17,7 +17,7 @@ insert/evict events. They own no counter of the cache, only their windows.
 from __future__ import annotations
 
 import math
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
 
 Clock = Callable[[], float]
@@ -104,70 +104,79 @@ class HitRateSlope:
 
 
 class EvictionEntropy:
-    """Normalised entropy of evictions over groups within the last ``window_s``; also their rate."""
+    """Normalised entropy of evictions over groups within the last ``window_s``; also their count.
 
-    def __init__(self, clock: Clock, window_s: float = 600.0, max_events: int = 200_000) -> None:
+    The eviction path only bumps a per-group count in the current bucket (``bucket[0]``, a dict:
+    no clock call, no allocation). Reads (``value``/``summary``, i.e. scrapes and the server's
+    ticker) close the current bucket, stamped with the read time, and drop buckets older than
+    the window: the window is exact to one read interval."""
+
+    def __init__(self, clock: Clock, window_s: float = 600.0) -> None:
         if window_s <= 0:
             raise ValueError(f"window_s must be > 0, got {window_s}")
         self.clock, self.window_s = clock, window_s
-        self._events: deque[tuple[float, Hashable]] = deque(maxlen=max_events)
-        self._counts: Counter[Hashable] = Counter()
+        self.bucket: list[defaultdict[Hashable, int]] = [defaultdict(int)]  # a holder: hooks bind it once
+        self._closed: deque[tuple[float, defaultdict[Hashable, int]]] = deque()
 
     def observe(self, group: Hashable) -> None:
-        if len(self._events) == self._events.maxlen:  # the deque drops its oldest: keep counts in step
-            self._drop(self._events[0][1])
-        self._events.append((self.clock(), group))
-        self._counts[group] += 1
+        self.bucket[0][group] += 1
 
-    def _drop(self, group: Hashable) -> None:
-        self._counts[group] -= 1
-        if self._counts[group] <= 0:
-            del self._counts[group]
+    def roll(self) -> None:
+        now = self.clock()
+        old, self.bucket[0] = self.bucket[0], defaultdict(int)  # one atomic swap: a racing writer lands in ``old``
+        if old:
+            self._closed.append((now, old))
+        while self._closed and self._closed[0][0] <= now - self.window_s:  # its events are all older
+            self._closed.popleft()
 
-    def _expire(self) -> None:
-        cut = self.clock() - self.window_s
-        while self._events and self._events[0][0] < cut:
-            self._drop(self._events.popleft()[1])
+    def by_group(self) -> dict[Hashable, int]:
+        self.roll()
+        out: Counter[Hashable] = Counter()
+        for _, counts in self._closed:
+            out.update(counts)
+        return dict(out)
+
+    def summary(self) -> tuple[float, int]:
+        """(normalised entropy, evictions) over the window."""
+        counts = self.by_group()
+        return normalized_entropy(counts.values()), sum(counts.values())
 
     def value(self) -> float:
-        self._expire()
-        return normalized_entropy(self._counts.values())
+        return self.summary()[0]
 
     def count(self) -> int:
-        self._expire()
-        return len(self._events)
+        return self.summary()[1]
 
     def rate_per_s(self) -> float:
         return self.count() / self.window_s
-
-    def by_group(self) -> dict[Hashable, int]:
-        self._expire()
-        return dict(self._counts)
 
 
 class AgeSkew:
     """Skewness of resident blocks' ages; ``inserted``/``removed`` keep the birth times.
 
-    At most ``max_sample`` ages enter the statistic (an even stride over the resident set), so a
-    scrape costs O(max_sample) however large the cache is.
+    Only blocks with ``hash(key) & sample_mask == 0`` are tracked (mask 3: one block in four, an
+    unbiased sample since keys are hashes), which keeps the cost on the insert path low; at most
+    ``max_sample`` ages enter the statistic, so a scrape costs O(max_sample).
     """
 
-    def __init__(self, clock: Clock, max_sample: int = 20_000) -> None:
-        self.clock, self.max_sample = clock, max_sample
-        self._born: dict[Hashable, float] = {}
+    def __init__(self, clock: Clock, max_sample: int = 20_000, sample_mask: int = 0) -> None:
+        self.clock, self.max_sample, self.sample_mask = clock, max_sample, sample_mask
+        self.born: dict[Hashable, float] = {}
 
     def inserted(self, key: Hashable) -> None:
-        self._born.setdefault(key, self.clock())
+        if not hash(key) & self.sample_mask and key not in self.born:
+            self.born[key] = self.clock()
 
     def removed(self, key: Hashable) -> None:
-        self._born.pop(key, None)
+        if not hash(key) & self.sample_mask:
+            self.born.pop(key, None)
 
     def __len__(self) -> int:
-        return len(self._born)
+        return len(self.born)
 
     def ages(self) -> list[float]:
         now = self.clock()
-        born = list(self._born.values())
+        born = list(self.born.values())
         step = max(1, len(born) // self.max_sample)
         return [now - b for b in born[::step]]
 

@@ -8,14 +8,11 @@ with the three indicators and the window's eviction breakdown.
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from .indicators import AgeSkew, Clock, EvictionEntropy, HitRateSlope
-
-REASONS = ("capacity", "ttl", "quota", "erasure", "corrupt")
+from .indicators import AgeSkew, Clock, EvictionEntropy, HitRateSlope, sample_skewness
 
 
 @dataclass(frozen=True)
@@ -27,7 +24,6 @@ class Snapshot:
     eviction_rate_per_s: float
     resident_blocks_tracked: int
     mean_age_s: float
-    evictions_by_reason: dict[str, int]
     window_s: float
 
     def to_dict(self) -> dict[str, Any]:
@@ -38,22 +34,20 @@ class CacheObserver:
     """Sliding-window indicators of one cache. Thread-safe enough for one writer per method:
     events arrive under the cache's lock; scrapes read copies."""
 
-    def __init__(self, clock: Clock = time.monotonic, window_s: float = 600.0) -> None:
+    def __init__(self, clock: Clock = time.monotonic, window_s: float = 600.0, age_sample_mask: int = 0) -> None:
         self.clock, self.window_s = clock, window_s
         self.slope = HitRateSlope(clock, window_s)
         self.entropy = EvictionEntropy(clock, window_s)
-        self.ages = AgeSkew(clock)
-        self._reasons: deque[tuple[float, str]] = deque(maxlen=200_000)
+        self.ages = AgeSkew(clock, sample_mask=age_sample_mask)
 
     # --- events (from the cache, under its lock) -----------------------------------------------------
     def block_inserted(self, key: Hashable) -> None:
         self.ages.inserted(key)
 
-    def block_evicted(self, key: Hashable, group: Hashable, reason: str = "capacity") -> None:
+    def block_evicted(self, key: Hashable, group: Hashable) -> None:
         """A block left the cache for good (not a demotion to a slower tier)."""
         self.ages.removed(key)
         self.entropy.observe(group)
-        self._reasons.append((self.clock(), reason))
 
     def block_dropped(self, key: Hashable) -> None:
         """A block left without an eviction decision (erased by a caller, replaced): ages only."""
@@ -64,22 +58,16 @@ class CacheObserver:
         self.slope.sample(hit_tokens, lookup_tokens)
 
     # --- reading ---------------------------------------------------------------------------------------
-    def reasons_in_window(self) -> dict[str, int]:
-        cut = self.clock() - self.window_s
-        while self._reasons and self._reasons[0][0] < cut:
-            self._reasons.popleft()
-        c = Counter(r for _, r in self._reasons)
-        return {r: c.get(r, 0) for r in sorted(set(REASONS) | set(c))}
-
     def snapshot(self) -> Snapshot:
+        entropy, n = self.entropy.summary()
+        ages = self.ages.ages()
         return Snapshot(
             hit_rate_slope_pct_per_min=self.slope.value(),
-            eviction_entropy=self.entropy.value(),
-            context_age_skew=self.ages.value(),
-            evictions_in_window=self.entropy.count(),
-            eviction_rate_per_s=self.entropy.rate_per_s(),
+            eviction_entropy=entropy,
+            context_age_skew=sample_skewness(ages),
+            evictions_in_window=n,
+            eviction_rate_per_s=n / self.window_s,
             resident_blocks_tracked=len(self.ages),
-            mean_age_s=self.ages.mean_age_s(),
-            evictions_by_reason=self.reasons_in_window(),
+            mean_age_s=sum(ages) / len(ages) if ages else 0.0,
             window_s=self.window_s,
         )

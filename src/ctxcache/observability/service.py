@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 from ..errors import ConfigError
 from ..sim.costmodel import get_cost_model
 from .ab import ABConfig, _pct, group_of
-from .exporter import CacheCollector, RequestMetrics
+from .exporter import CacheCollector, RequestMetrics, evictions_by_reason
 from .hooks import attach
 from .logging import emit
 from .observer import CacheObserver
@@ -45,6 +45,7 @@ class ObsConfig:
     worker_stall_s: float = 120.0  # readiness fails if one job has run longer than this
     cost_model: str = "gemma3-270m-cpu"
     ab: ABConfig = field(default_factory=ABConfig)
+    enabled: bool = True  # False: no cache hooks, collectors, request records or spans (a baseline)
 
     def __post_init__(self) -> None:
         for name in ("window_s", "log_every_s", "worker_stall_s"):
@@ -70,11 +71,14 @@ class Observability:
         self.cache, self.clock = cache, clock
         self.tier_order = [t.name for t in cache.tiers]
         self.policy = "+".join(str(t.policy.name) for t in cache.tiers)
-        self.observer = CacheObserver(clock, self.cfg.window_s)
-        attach(cache, self.observer)
-        registry.register(CacheCollector(self.stats, self.observer))
-        self.requests = RequestMetrics(registry, get_cost_model(self.cfg.cost_model))
-        self.tracing = Tracing(self.cfg.trace_exporter)
+        self.observer = CacheObserver(clock, self.cfg.window_s, age_sample_mask=3)  # ages of 1 block in 4
+        if self.cfg.enabled:
+            attach(cache, self.observer)
+            registry.register(CacheCollector(self.stats, self.observer))
+        self.requests = RequestMetrics(
+            registry if self.cfg.enabled else CollectorRegistry(), get_cost_model(self.cfg.cost_model)
+        )
+        self.tracing = Tracing(self.cfg.trace_exporter if self.cfg.enabled else "none")
         self.recent: deque[dict[str, Any]] = deque(maxlen=5000)
         self.history: deque[dict[str, Any]] = deque(maxlen=self.cfg.history_points)
         self._lock = threading.Lock()
@@ -119,6 +123,8 @@ class Observability:
 
     def request_done(self, tenant: str, group: str, out: Any, arrived_perf: float) -> dict[str, Any]:
         """Record one finished request (``out`` is the server's Outcome). Returns the record."""
+        if not self.cfg.enabled:
+            return {}
         with self._lock:
             self._ids += 1
             rid = self._ids
@@ -149,6 +155,8 @@ class Observability:
     # --- periodic ------------------------------------------------------------------------------------
     def tick(self) -> dict[str, Any]:
         """Sample, log the stats line, warn on tier changes; returns the history point."""
+        if not self.cfg.enabled:
+            return {}
         s = self.stats()
         now = self.clock()
         self.observer.sample(int(s.get("hit_tokens", 0)), int(s.get("lookup_tokens", 0)))
@@ -159,7 +167,7 @@ class Observability:
         recent = [r for r in list(self.recent) if r["at"] > last["t"]] if self._last else list(self.recent)
         ttfts = [r["ttft_s"] for r in recent if r["ttft_s"] is not None]
         loads = [float(r["timings"].get("load_s", 0.0)) for r in recent]
-        evictions = sum(int(ts.get("evictions", 0)) for ts in s.get("tiers", {}).values())
+        evictions = sum(evictions_by_reason(s).values())
         point: dict[str, Any] = {
             "t": time.time(),
             "requests": len(recent),
@@ -175,7 +183,7 @@ class Observability:
                 n: {"bytes": ts.get("bytes", 0), "capacity": ts.get("capacity", 0)}
                 for n, ts in s.get("tiers", {}).items()
             },
-            "evictions_by_reason": snap.evictions_by_reason,
+            "evictions_by_reason": evictions_by_reason(s),
         }
         tiers_state = self._warn_tiers(s)
         self._last = {

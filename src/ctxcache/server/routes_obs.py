@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from ..observability.ab import _pct
+from ..observability.exporter import evictions_by_reason
 from ..observability.health import readiness
 from ..observability.service import Observability
 from .deps import APIError
@@ -92,7 +93,7 @@ async def dashboard_data(request: Request) -> dict[str, Any]:
             "eviction_entropy": snap.eviction_entropy,
             "context_age_skew": snap.context_age_skew,
         },
-        "evictions_by_reason": snap.evictions_by_reason,
+        "evictions_by_reason": evictions_by_reason(s),
         "hit_tokens_by_tier": by_tier,
         "tiers": [
             {
