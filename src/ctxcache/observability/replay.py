@@ -59,7 +59,7 @@ class _Run:
         self.obs = CacheObserver(self.clock, window_s)
         self.capacity_at, self.window_s, self.cost = capacity_at, window_s, cost
         self.group: dict[Hashable, str] = {}
-        self.hit = self.total = self.evictions = 0
+        self.hit = self.total = self.evicted = 0
         self.w: dict[str, float] = {}
         self.windows: list[dict[str, Any]] = []
 
@@ -94,7 +94,7 @@ class _Run:
                 if victim is None:
                     break
                 self.idx.remove(victim)
-                self.evictions += 1
+                self.evicted += 1
                 self.obs.block_evicted(victim, self.group.pop(victim, "?"))
         finally:
             self.idx.unpin(pinned)  # type: ignore[arg-type]
@@ -118,7 +118,7 @@ class _Run:
         self.windows.append({
             "t": start, "requests": reqs,
             "hit_ratio": (self.hit - hit0) / looked if looked else 0.0,
-            "eviction_rate": (self.evictions - ev0) / self.window_s,
+            "eviction_rate": (self.evicted - ev0) / self.window_s,
             "eviction_entropy": snap.eviction_entropy,
             "age_skew": snap.context_age_skew,
             "load_latency_s": self.w.get("load_s", 0.0) / reqs if reqs else 0.0,
@@ -151,14 +151,14 @@ def replay(
     if not requests:
         return ReplayResult([], 0, 0, 0)
     start = requests[0].time
-    marks = (run.hit, run.total, run.evictions)
+    marks = (run.hit, run.total, run.evicted)
     last_sample = -float("inf")
     for i, r in enumerate(requests):
         while r.time >= start + window_s:
             run.clock.t = start + window_s
             run.close_window(start, *marks)
             start += window_s
-            marks = (run.hit, run.total, run.evictions)
+            marks = (run.hit, run.total, run.evicted)
         run.clock.t = r.time
         if r.time >= last_sample + window_s / SLOPE_POINTS:
             run.obs.sample(run.hit, run.total)  # points for the hit-rate slope inside each window
@@ -168,7 +168,7 @@ def replay(
             progress(256)
     run.clock.t = start + window_s
     run.close_window(start, *marks)
-    return ReplayResult(run.windows, run.hit, run.total, run.evictions)
+    return ReplayResult(run.windows, run.hit, run.total, run.evicted)
 
 
 # --- disturbances --------------------------------------------------------------------------------

@@ -70,7 +70,7 @@ class Observability:
         self.cfg = cfg or ObsConfig()
         self.cache, self.clock = cache, clock
         self.tier_order = [t.name for t in cache.tiers]
-        self.policy = "+".join(str(t.policy.name) for t in cache.tiers)
+        self.policy = "+".join(str(s.policy.name) for s in cache.slots)
         self.observer = CacheObserver(clock, self.cfg.window_s, age_sample_mask=3)  # ages of 1 block in 4
         if self.cfg.enabled:
             attach(cache, self.observer)

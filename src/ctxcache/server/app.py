@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -76,14 +76,9 @@ async def _sweep(state: ServerState) -> None:
         state.pins.sweep()
 
 
-def create_app(
-    lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str | None = None, obs: ObsConfig | None = None
-) -> FastAPI:
-    """Build the app around a loaded CachedLM. Run it with uvicorn (the lifespan starts the worker)."""
-    cfg = cfg or ServerConfig()
-    state = ServerState(lm, cfg, model_id or cfg.model_id or "model")
-    state.obs = observability = Observability(lm.cache, state.metrics.registry, obs)
-
+def _lifespan(
+    state: ServerState, observability: Observability
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await state.worker.start()
@@ -99,6 +94,17 @@ def create_app(
             await state.worker.stop()
             state.pins.clear()
 
+    return lifespan
+
+
+def create_app(
+    lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str | None = None, obs: ObsConfig | None = None
+) -> FastAPI:
+    """Build the app around a loaded CachedLM. Run it with uvicorn (the lifespan starts the worker)."""
+    cfg = cfg or ServerConfig()
+    state = ServerState(lm, cfg, model_id or cfg.model_id or "model")
+    state.obs = observability = Observability(lm.cache, state.metrics.registry, obs)
+    lifespan = _lifespan(state, observability)
     app = FastAPI(title="ctxcache", version=__version__, description=_DESCRIPTION, lifespan=lifespan)
     app.state.ctx = state
     app.state.obs = observability

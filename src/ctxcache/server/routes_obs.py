@@ -55,6 +55,14 @@ async def dashboard() -> HTMLResponse:
     return HTMLResponse(page, headers={"Cache-Control": "no-store"})
 
 
+def _tiers(s: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"name": n, "kind": t.get("kind"), "bytes": t.get("bytes", 0), "capacity": t.get("capacity", 0),
+         "blocks": t.get("blocks", 0), "up": bool(t.get("healthy", True)), "corrupt": t.get("corrupt", 0)}
+        for n, t in s.get("tiers", {}).items()
+    ]  # fmt: skip
+
+
 @router.get("/dashboard/data")
 async def dashboard_data(request: Request) -> dict[str, Any]:
     """Everything the dashboard shows; ``tenants`` only with a valid X-Admin-Key (else 403 if one was sent)."""
@@ -95,18 +103,7 @@ async def dashboard_data(request: Request) -> dict[str, Any]:
         },
         "evictions_by_reason": evictions_by_reason(s),
         "hit_tokens_by_tier": by_tier,
-        "tiers": [
-            {
-                "name": n,
-                "kind": t.get("kind"),
-                "bytes": t.get("bytes", 0),
-                "capacity": t.get("capacity", 0),
-                "blocks": t.get("blocks", 0),
-                "up": bool(t.get("healthy", True)),
-                "corrupt": t.get("corrupt", 0),
-            }
-            for n, t in s.get("tiers", {}).items()
-        ],  # fmt: skip
+        "tiers": _tiers(s),
         "history": list(obs.history),
         "admin": admin,
         "admin_configured": bool(obs.cfg.admin_key),
