@@ -28,7 +28,7 @@ from .exporter import CacheCollector, RequestMetrics, evictions_by_reason
 from .hooks import attach
 from .logging import emit
 from .observer import CacheObserver
-from .tracing import Tracing
+from .tracing import EXPORTERS, Tracing
 
 log = logging.getLogger("ctxcache.requests")
 stats_log = logging.getLogger("ctxcache.stats")
@@ -52,6 +52,34 @@ class ObsConfig:
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not v > 0:
                 raise ValueError(f"observability {name} must be > 0, got {v!r}")
+
+
+_OBS_KEYS = {"window_s", "log_every_s", "history_points", "trace_exporter", "admin_key", "worker_stall_s", "cost_model"}
+
+
+def obs_config_from(table: Mapping[str, Any]) -> ObsConfig:
+    """An ``[observability]`` TOML table (with an optional ``[observability.ab]``) as an ObsConfig;
+    unknown keys and bad values raise ConfigError naming them."""
+    if not isinstance(table, Mapping):
+        raise ConfigError("[observability] must be a table")
+    bad = set(table) - _OBS_KEYS - {"ab"}
+    if bad:
+        raise ConfigError(f"unknown [observability] keys {sorted(bad)}; known: {sorted(_OBS_KEYS | {'ab'})}")
+    ab = table.get("ab", {})
+    if not isinstance(ab, Mapping) or set(ab) - {"fraction", "salt", "cache"}:
+        raise ConfigError("[observability.ab] takes fraction, salt and cache (a [cache]-shaped table)")
+    if table.get("trace_exporter", "none") not in EXPORTERS:
+        raise ConfigError(f"observability.trace_exporter must be one of {', '.join(EXPORTERS)}")
+    try:
+        cfg = ObsConfig(**{k: v for k, v in table.items() if k != "ab"}, ab=ABConfig(**ab))
+        get_cost_model(cfg.cost_model)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ConfigError(f"[observability]: {exc}") from None
+    if cfg.ab.cache:
+        from ..config import load_config
+
+        load_config(dict(cfg.ab.cache))  # group b's cache fails at startup, not at its first request
+    return cfg
 
 
 def _slowest(cached_by_tier: Mapping[str, int], order: list[str]) -> str | None:

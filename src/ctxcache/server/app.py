@@ -103,7 +103,7 @@ def create_app(
     """Build the app around a loaded CachedLM. Run it with uvicorn (the lifespan starts the worker)."""
     cfg = cfg or ServerConfig()
     state = ServerState(lm, cfg, model_id or cfg.model_id or "model")
-    state.obs = observability = Observability(lm.cache, state.metrics.registry, obs)
+    state.obs = observability = Observability(lm.cache, state.metrics.registry, obs or cfg.observability)
     lifespan = _lifespan(state, observability)
     app = FastAPI(title="ctxcache", version=__version__, description=_DESCRIPTION, lifespan=lifespan)
     app.state.ctx = state
