@@ -47,6 +47,7 @@ bench: install redis-server
 	$(BIN)/python benchmarks/bench_libcachesim_check.py
 	$(BIN)/python benchmarks/bench_policies.py
 	$(BIN)/python benchmarks/seed_claims.py
+	$(BIN)/python benchmarks/bench_observability.py
 
 # The serving benchmark: 10 sessions x 6 turns against the live server, cache on/off and a
 # block-size sweep (~15 min on 2 cores).
