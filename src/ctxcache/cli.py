@@ -20,6 +20,7 @@ from . import __version__
 from .cache import ContextCache
 from .cli_cache import cache_app
 from .errors import CtxCacheError
+from .observability.cli import register as register_observability
 from .policies import policy_names
 from .sim.costmodel import PRESETS, get_cost_model
 from .sim.report import plot_curves, render_table, run_grid, to_record
@@ -220,11 +221,21 @@ def serve(
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
     config: Annotated[Path | None, typer.Option(help="server config TOML (see docs/serving.md)")] = None,
+    log_level: Annotated[
+        str | None, typer.Option(help="DEBUG, INFO, WARNING, ERROR (default: $CTXCACHE_LOG_LEVEL or INFO)")
+    ] = None,
+    log_json: Annotated[
+        bool | None,
+        typer.Option("--log-json/--log-text", help="log one JSON object per line (default: $CTXCACHE_LOG_JSON)"),
+    ] = None,
 ) -> None:
     """Serve a model over OpenAI- and Anthropic-compatible HTTP APIs, with the context cache."""
     from .server.cli import serve as run_server  # lazy: FastAPI and torch load only for this command
 
-    run_server(model, host, port, config)
+    run_server(model, host, port, config, log_level=log_level, log_json=log_json)
+
+
+register_observability(app)  # analyze, ab-report
 
 
 def main() -> None:

@@ -192,6 +192,7 @@ class Engine:
             out["token_hit_ratio"] = c.hit_tokens / c.lookup_tokens if c.lookup_tokens else 0.0
             mover = self.placement.mover
             out["pending_moves"], out["write_buffer_bytes"] = len(mover.queue) + mover.busy, mover.buffered
+            out["mover_lag_s"] = mover.lag_s()
             out["corrupt"] = sum(t.corrupt for t in self.tiers)
             out["tiers"] = {s.name: s.stats() for s in self.slots}
         return out

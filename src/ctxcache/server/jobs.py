@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..engine.tenancy import PinnedQuotaError
+from ..observability.service import Observability
 from ..usage import Usage
 from .config import ServerConfig
 from .metrics import Metrics
@@ -77,6 +78,7 @@ class ServerState:
         cache = lm.cache
         self.pins = PinManager(cache, int(cfg.max_pinned_fraction * cache.tiers[0].capacity))
         self.metrics = Metrics(cache.stats, lambda: self.worker.depth)
+        self.obs: Observability  # set by create_app
 
     def check_max_tokens(self, max_tokens: int, field_name: str) -> None:
         from .deps import APIError
@@ -118,6 +120,11 @@ def chat_job(state: ServerState, job: ChatJob) -> Callable[[JobContext], None]:
     """The work of one chat request, run on the model thread; results come back as events."""
 
     def run(ctx: JobContext) -> None:
+        group = state.obs.group_for(job.tenant)
+        with state.obs.cache_for(state.lm, group):
+            _run(ctx, group)
+
+    def _run(ctx: JobContext, group: str) -> None:
         lm, cfg = state.lm, state.cfg
         state.pins.sweep()
         t0 = time.perf_counter()
@@ -162,13 +169,15 @@ def chat_job(state: ServerState, job: ChatJob) -> Callable[[JobContext], None]:
         gen = stream.result
         assert gen is not None
         pinned = 0
-        if cfg.cache and stream.request is not None:
+        if cfg.cache and group == "a" and stream.request is not None:  # pins live in the main cache; group b's has none
             ttl_s = {bp.ttl: bp.ttl_s for bp in job.breakpoints}
             for pos, ttl in marks:  # the prefill's Prompt: its keys are reused, not recomputed
                 pinned = max(pinned, state.pins.keep(stream.request.prefix(pos), job.tenant, ttl_s[ttl]))
         ttft = stream.first_token_at - job.arrived if stream.first_token_at is not None else None
         created = _created_by_ttl(gen.usage, marks) if cfg.cache else {"5m": 0, "1h": 0}
-        ctx.emit("done", Outcome(gen, ttft, ctx.queued_s, tokenize_s, created, pinned))
+        outcome = Outcome(gen, ttft, ctx.queued_s, tokenize_s, created, pinned)
+        state.obs.request_done(job.tenant, group, outcome, job.arrived)
+        ctx.emit("done", outcome)
 
     return run
 

@@ -79,6 +79,7 @@ class ModelWorker:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxcache-model")
         self._ids = itertools.count(1)
         self.busy = False
+        self.busy_since: float | None = None  # monotonic start of the running job (readiness)
         self.jobs_done = 0
         self._avg_job_s = 2.0  # a prior for Retry-After until jobs have been timed
 
@@ -119,11 +120,11 @@ class ModelWorker:
             if job.cancel_flag.is_set():
                 job.events.put_nowait(Event("end"))
                 continue
-            self.busy = True
+            self.busy, self.busy_since = True, time.monotonic()
             try:
                 await loop.run_in_executor(self._executor, self._run, job)
             finally:
-                self.busy = False
+                self.busy, self.busy_since = False, None
 
     def _run(self, job: Job) -> None:
         ctx = JobContext(job)
