@@ -95,20 +95,18 @@ def test_a_pinned_block_in_a_middle_tier_is_not_demoted_further(setup, tmp_path)
     cache.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a Match pins only its deepest block (cache.py): ancestors cannot leave the index but can be "
-    "demoted out of the top tier while the Match is held; follow-up in docs/testing.md",
-)
-@pytest.mark.parametrize("setup", ["hot+warm"])
+@pytest.mark.parametrize("setup", SETUPS)
 def test_every_block_of_a_held_match_stays_in_its_tier(setup, tmp_path):
+    """Not just the deepest: a held prefix is served from the top tier next time too (a Match
+    used to pin only its deepest block, so its ancestors were demoted while it was held)."""
     cache = ContextCache.from_config({"block_size": BS, "tiers": tiers(setup, tmp_path, hot_blocks=4)})
     chain = store(cache, 1, n=3)
     m = cache.lookup(chain)
     for p in range(10, 16):
         store(cache, p)
-    try:
-        assert where(cache, chain) == {"hot": 3 * BS}
-    finally:
-        cache.release(m)
-        cache.close()
+    assert where(cache, chain) == {"hot": 3 * BS}
+    cache.release(m)
+    for p in range(20, 26):
+        store(cache, p)
+    assert where(cache, chain).get("hot", 0) == 0, "released, the whole chain can be demoted"
+    cache.close()
