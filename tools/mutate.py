@@ -58,6 +58,10 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
 }
 
 
+# Tests whose verdict depends on wall-clock timeouts (a 50 ms Redis timeout): on a loaded machine
+# they fail without any mutant, and mutmut then refuses to start ("failed to run clean test").
+DESELECT = ["--deselect", "tests/test_hierarchy.py::test_every_tier_kind_from_toml"]
+
 # Not mutated: test doubles (fake tiers exist for the engine's tests) and package re-exports.
 SKIP = {"__init__.py", "fake.py"}
 
@@ -78,7 +82,7 @@ def config(srcs: list[str], tests: list[str], max_children: int) -> str:
         'source_paths = ["src"]\n'
         f"only_mutate = {arr(srcs)}\n"
         f"pytest_add_cli_args_test_selection = {arr(tests)}\n"
-        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x"]\n'
+        f"pytest_add_cli_args = {arr(['-p', 'no:cacheprovider', '-q', '-x', *DESELECT])}\n"
         "use_git_change_detection = false\n"
     )
 
@@ -142,7 +146,15 @@ def run_group(group: str, only: list[str], max_children: int) -> dict[str, objec
             stderr=subprocess.STDOUT,
             check=False,
         )
+    summary = collect(work)
     elapsed = time.monotonic() - t0
+    print(f"[{group}] mutmut exit {proc.returncode} after {elapsed:.0f} s; log: {work / 'mutmut.log'}", flush=True)
+    return {"exit": proc.returncode, "seconds": round(elapsed), **summary}
+
+
+def collect(work: Path) -> dict[str, object]:
+    """Per-module counts and survivors of a group's scratch copy (also of an interrupted run:
+    mutants it did not reach are "not checked")."""
     status = results(work)
     per_module: dict[str, Counter[str]] = {}
     survivors: dict[str, list[str]] = {}
@@ -151,10 +163,7 @@ def run_group(group: str, only: list[str], max_children: int) -> dict[str, objec
         per_module.setdefault(mod, Counter())[st] += 1
         if st == "survived":
             survivors.setdefault(mod, []).append(name)
-    print(f"[{group}] mutmut exit {proc.returncode} after {elapsed:.0f} s; log: {work / 'mutmut.log'}", flush=True)
     return {
-        "exit": proc.returncode,
-        "seconds": round(elapsed),
         "modules": {m: dict(c) for m, c in sorted(per_module.items())},
         "survivors": survivors,
     }
@@ -171,25 +180,28 @@ def main() -> int:
     ap.add_argument("groups", nargs="*", default=list(GROUPS), choices=[*GROUPS, []])
     ap.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--only", nargs="*", default=[], help="narrow to source files matching these patterns")
+    ap.add_argument("--report", action="store_true", help="only re-read the groups' last (or interrupted) runs")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     report_path = OUT / "results.json"
     for group in args.groups:
-        result = run_group(group, args.only, args.max_children)
+        if args.report and not (OUT / group / "mutants").exists():
+            continue
+        result = collect(OUT / group) if args.report else run_group(group, args.only, args.max_children)
         (OUT / f"{group}.json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
     # Every group's last result (groups may run in separate invocations).
     report: dict[str, object] = {
         g: json.loads((OUT / f"{g}.json").read_text()) for g in GROUPS if (OUT / f"{g}.json").exists()
     }
     report_path.write_text(json.dumps(report, indent=1, ensure_ascii=False))
-    print(f"\n{'module':40} {'killed':>7} {'timeout':>7} {'survived':>8} {'no tests':>8} {'score':>7}")
+    print(f"\n{'module':40} {'killed':>7} {'timeout':>7} {'survived':>8} {'no tests':>8} {'unrun':>6} {'score':>7}")
     for group in report:
         g = report[group]
         assert isinstance(g, dict)
         for mod, c in g.get("modules", {}).items():
             print(
                 f"{mod:40} {c.get('killed', 0):7} {c.get('timeout', 0):7} {c.get('survived', 0):8} "
-                f"{c.get('no tests', 0):8} {score(c):>7}"
+                f"{c.get('no tests', 0):8} {c.get('not checked', 0):6} {score(c):>7}"
             )
     print(f"\nfull results: {report_path}")
     return 0
