@@ -103,6 +103,8 @@ def test_watchers_hear_only_real_transitions():
     idx.unpin([idx.get("b"), idx.get("a")])
     idx.unpin([idx.get("b")])
     assert events == [("b", False), ("b", True)]
+    idx.pin([idx.get("b")])  # evictable again, so pinning it again is a transition again
+    assert events[2:] == [("b", False)]
 
 
 def test_membership():
