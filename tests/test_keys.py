@@ -202,6 +202,8 @@ def test_prompt_keys_are_hashed_once_and_shared_with_prefixes(monkeypatch):
     assert q.keys() == full[:3] and q.keys(1) == full[:1]
     assert p.extend([1, 2, 3, 4]).keys()[:5] == full
     assert hashed == [1], "only the extension's new block is hashed"
+    fresh = h.prompt(list(range(20)), ns).prefix(8)  # a prefix that hashes its own blocks
+    assert fresh.namespace == ns and fresh.keys() == full[:2]
 
 
 def test_token_validation_messages_name_the_problem():
