@@ -105,6 +105,8 @@ def test_watchers_hear_only_real_transitions():
     assert events == [("b", False), ("b", True)]
     idx.pin([idx.get("b")])  # evictable again, so pinning it again is a transition again
     assert events[2:] == [("b", False)]
+    idx.insert("c", "a", b"c", 1)  # a second child: "a" was not evictable before either
+    assert events[3:] == [("c", True)]
 
 
 def test_membership():
