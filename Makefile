@@ -50,8 +50,9 @@ bench-ttft: install
 	$(BIN)/python benchmarks/bench_ttft.py
 
 # Mutation testing (docs/testing.md), not part of `make test`: mutmut over keys, index, codec,
-# policies, tiers and engine, each group's mutants run against that group's own tests (~30 min
-# on 2 idle cores); results in build/mutation/results.json. GROUPS="keys codec" runs a subset.
+# policies, tiers and engine, each group's mutants run against that group's own tests; results
+# in build/mutation/results.json. Not timed on an idle machine yet (docs/testing.md): run a few
+# groups at a time, GROUPS="keys index".
 mutate: install redis-server
 	nice $(BIN)/python tools/mutate.py $(GROUPS)
 
