@@ -144,7 +144,7 @@ class Engine:
 
     def release(self, match: Match) -> None:
         with self.lock:
-            self.index.unpin(match._nodes[-1:])
+            self.index.unpin(match._pinned)
             match.released = True
             if match._nodes and match._nodes[-1].tier == LOST:
                 self.placement.prune(match._nodes[-1].key)

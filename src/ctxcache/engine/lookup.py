@@ -36,6 +36,7 @@ class Match:
     namespace: Namespace
     _nodes: list[Node] = field(default_factory=list, repr=False)
     released: bool = False
+    _pinned: list[Node] = field(default_factory=list, repr=False)  # what release unpins
 
     def __enter__(self) -> Match:
         return self
@@ -129,10 +130,12 @@ def finish_simple(e: Engine, nodes: list[Node], prompt: Prompt, n_full: int) -> 
     n = len(nodes)
     if n:
         slot.touch(keys[::-1])  # deepest first: ancestors stay more recent
-        e.index.pin(nodes[-1:])  # the deepest pin protects the whole chain (see finish)
+        # One tier: pins only keep blocks in the index, and the deepest pin keeps its whole
+        # chain there (ancestors are not leaves).
+        e.index.pin(nodes[-1:])
     hit = _count(e, nodes, n_full, len(prompt), prompt.namespace.tenant)
     usage = Usage(cache_read_tokens=hit, uncached_tokens=len(prompt) - hit, by_tier={slot.name: hit} if n else {})
-    return Match(hit, n, payloads, usage, prompt.namespace, nodes, _cache=e)
+    return Match(hit, n, payloads, usage, prompt.namespace, nodes, _cache=e, _pinned=nodes[-1:])
 
 
 def plan(e: Engine, nodes: list[Node]) -> tuple[list[Any], list[int], dict[int, list[int]]]:
@@ -222,14 +225,14 @@ def finish(e: Engine, nodes: list[Node], payloads: list[Any], src: list[int], pr
         del payloads[len(nodes) :], src[len(nodes) :]
     if not resolved:
         hits(e, nodes, src)
-    if nodes:
-        # Pinning the deepest block is enough: its ancestors are not leaves, so none of
-        # the chain can leave the index until release.
-        e.index.pin(nodes[-1:])
+    # Every block: above the last tier a pin also keeps a block from being demoted, and the
+    # ancestors of a held prefix are as needed in their tier as its deepest block.
+    pinned = nodes if len(e.slots) > 1 else nodes[-1:]
+    e.index.pin(pinned)
     by_tier: dict[str, int] = {}
     for s in src:
         name = e.slots[s].name
         by_tier[name] = by_tier.get(name, 0) + e.block_size
     hit = _count(e, nodes, prompt.n_blocks, len(prompt), prompt.namespace.tenant)
     usage = Usage(cache_read_tokens=hit, uncached_tokens=len(prompt) - hit, by_tier=by_tier)
-    return Match(hit, len(nodes), payloads, usage, prompt.namespace, nodes, _cache=e)
+    return Match(hit, len(nodes), payloads, usage, prompt.namespace, nodes, _cache=e, _pinned=list(pinned))
