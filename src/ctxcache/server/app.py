@@ -85,6 +85,8 @@ def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str |
                 await sweeper
             await state.worker.stop()
             state.pins.clear()
+            if getattr(app.state, "semantic", None) is not None:
+                app.state.semantic.close()
 
     app = FastAPI(title="ctxcache", version=__version__, description=_DESCRIPTION, lifespan=lifespan)
     app.state.ctx = state
@@ -107,6 +109,10 @@ def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str |
 
     app.include_router(openai_router)
     app.include_router(anthropic_router)
+    if cfg.semantic.get("tenants"):  # opt-in: see routes_semantic.py
+        from .routes_semantic import build_semantic, install
+
+        install(app, *build_semantic(cfg.semantic, state.model_id))
 
     @app.get("/v1/models", response_model=ModelList, tags=["models"])
     async def list_models(tenant: str = Depends(tenant_for)) -> ModelList:

@@ -19,6 +19,12 @@ capacity = "2GiB"
 
 [api_keys]                # key = tenant id (the cache namespace); none: one "default" tenant
 "sk-team-a-secret" = "team-a"
+
+[semantic]                # semantic response cache, opt-in per tenant: see docs/semantic-cache.md
+tenants = ["team-a"]
+
+[admin]                   # admin API key (env CTXCACHE_ADMIN_KEY overrides); none: admin routes off
+key = "admin-secret"
 ```
 """
 
@@ -53,6 +59,8 @@ class ServerConfig:
     max_pinned_fraction: float = 0.5
     api_keys: dict[str, str] = field(default_factory=dict)
     cache_config: dict[str, Any] = field(default_factory=dict)
+    semantic: dict[str, Any] = field(default_factory=dict)  # validated by server/routes_semantic.py
+    admin: dict[str, Any] = field(default_factory=dict)  # {"key": ...}, see server/admin_auth.py
 
     def __post_init__(self) -> None:
         for name in ("max_queue", "max_context", "max_tokens_limit", "default_max_tokens"):
@@ -86,7 +94,8 @@ class ServerConfig:
         return cc
 
 
-_SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {"api_keys", "cache_config"}
+_SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {"api_keys", "cache_config", "semantic", "admin"}
+_TABLES = ("admin", "api_keys", "cache", "semantic", "server")
 
 
 def load_server_config(source: str | os.PathLike[str] | Mapping[str, Any] | None = None) -> ServerConfig:
@@ -103,9 +112,9 @@ def load_server_config(source: str | os.PathLike[str] | Mapping[str, Any] | None
             raise ConfigError(f"config file not found: {path}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    unknown = set(data) - {"server", "cache", "api_keys"}
+    unknown = set(data) - set(_TABLES)
     if unknown:
-        raise ConfigError(f"unknown config tables {sorted(unknown)}; known: ['api_keys', 'cache', 'server']")
+        raise ConfigError(f"unknown config tables {sorted(unknown)}; known: {list(_TABLES)}")
     server = data.get("server", {})
     if not isinstance(server, Mapping):
         raise ConfigError("[server] must be a table")
@@ -114,9 +123,12 @@ def load_server_config(source: str | os.PathLike[str] | Mapping[str, Any] | None
         raise ConfigError(f"unknown [server] keys {sorted(bad)}; known: {sorted(_SERVER_KEYS)}")
     keys = data.get("api_keys", {})
     cache = data.get("cache", {})
-    if not isinstance(keys, Mapping) or not isinstance(cache, Mapping):
-        raise ConfigError("[api_keys] and [cache] must be tables")
+    semantic, admin = data.get("semantic", {}), data.get("admin", {})
+    if not all(isinstance(t, Mapping) for t in (keys, cache, semantic, admin)):
+        raise ConfigError("[api_keys], [cache], [semantic] and [admin] must be tables")
     try:
-        return ServerConfig(**server, api_keys=dict(keys), cache_config=dict(cache))
+        return ServerConfig(
+            **server, api_keys=dict(keys), cache_config=dict(cache), semantic=dict(semantic), admin=dict(admin)
+        )
     except TypeError as exc:
         raise ConfigError(f"[server]: {exc}") from None
