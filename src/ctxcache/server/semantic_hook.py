@@ -240,6 +240,8 @@ class SemanticMiddleware:
         await send({"type": "http.response.body", "body": body})
 
     async def _pass_and_store(self, api: str, probe: Probe, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on; store a successful reply before its last body chunk goes out, so a
+        client that repeats the question right after the answer arrives already hits."""
         status, parts = 0, []
 
         async def capture(msg: Message) -> None:
@@ -249,19 +251,21 @@ class SemanticMiddleware:
                 msg = {**msg, "headers": [*msg.get("headers", []), (b"x-ctxcache-semantic-cache", b"miss")]}
             elif msg["type"] == "http.response.body" and status == 200:
                 parts.append(msg.get("body", b""))
+                if not msg.get("more_body", False):
+                    await self._store(api, probe, b"".join(parts))
             await send(msg)
 
         await self.app(scope, receive, capture)
-        if status != 200:
-            return
+
+    async def _store(self, api: str, probe: Probe, body: bytes) -> None:
         try:
-            reply = extract_reply(api, json.loads(b"".join(parts)))
+            reply = extract_reply(api, json.loads(body))
         except ValueError:
             return
         if reply is not None:
             try:
                 await to_thread.run_sync(lambda: self.cache.store(probe, reply))
-            except Exception:  # the client has its reply; a failed store only costs a future hit
+            except Exception:  # the client still gets its reply; a failed store only costs a future hit
                 log.exception("semantic cache store failed")
 
 
