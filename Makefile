@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install run test lint bench bench-ttft clean redis-server
+.PHONY: install run test lint bench bench-ttft bench-semantic clean redis-server
 
 # torch first and pinned: 2.13.0 is the CPU wheel on this machine's disk; anything unpinned
 # that depends on torch would pull a multi-GB CUDA build instead.
@@ -48,6 +48,13 @@ bench: install redis-server
 # block-size sweep (~15 min on 2 cores).
 bench-ttft: install
 	$(BIN)/python benchmarks/bench_ttft.py
+
+# The semantic cache: precision per threshold, latency at 10^4/10^5 entries (~10 min on 2 cores),
+# and the ANN libraries side by side (benchmark-only packages; 10^6 vectors: --sizes 10000,1000000).
+bench-semantic: install
+	$(BIN)/pip install -q usearch==2.26.6 numkong==7.8.6 faiss-cpu==1.15.1
+	$(BIN)/python benchmarks/bench_semantic.py
+	$(BIN)/python benchmarks/bench_ann.py --sizes 10000,100000
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

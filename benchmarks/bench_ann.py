@@ -14,7 +14,9 @@ Figures per (library, n, ef_search): recall@10, queries/s (single-thread, single
 seconds, index bytes in RAM (RSS delta during build; a rough figure). Writes
 benchmarks/results/ann.json and ann.png, prints one JSON line.
 
-Run: .venv/bin/python benchmarks/bench_ann.py [--sizes 10000,1000000] [--queries 1000] [--threads 2]
+Needs usearch and faiss-cpu (benchmark-only, not project dependencies): ``make bench-semantic``.
+Run: .venv/bin/python benchmarks/bench_ann.py [--sizes 10000,100000] [--queries 1000] [--threads 2]
+(10^6 vectors: ``--sizes 1000000``; about 1.5 GB of data and tens of minutes of builds on 2 cores.)
 """
 
 from __future__ import annotations
@@ -185,7 +187,7 @@ def plot(rows: list[dict[str, Any]]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", default="10000,1000000")
+    ap.add_argument("--sizes", default="10000,100000")
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)

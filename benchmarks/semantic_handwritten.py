@@ -1,4 +1,5 @@
-"""Hand-written question pairs, not from templates: the "holdout" split of the evaluation set.
+"""Hand-written question pairs, not from templates; they alternate between the dev and test splits,
+and bench_semantic.py reports the test half on its own (``test_handwritten``).
 
 Written once, before the verifier or threshold was run on them, in varied wording: paraphrases that
 reword freely, and hard negatives whose difference hides in rewording too (negation by "fail",

@@ -175,7 +175,7 @@ class SemanticCache:
         return [(self._entries[self._by_label[lab]], sim) for lab, sim in found if lab in self._by_label]
 
     def _hit(self, entry: Entry, sim: float, p: Probe, vetoed: int) -> Lookup:
-        entry.hits += 1
+        entry.served += 1
         self.policy.on_hit(entry.id)
         self.counts["hits"] += 1
         self.counts["vetoed"] += vetoed

@@ -96,7 +96,7 @@ class Entry:
     expires: float | None
     exact_only: bool = False
     nbytes: int = 0
-    hits: int = 0
+    served: int = 0  # hits served from this entry (since start-up)
     label: int = -1
     # vCache-style evidence: (similarity, was the served answer right?) from verified feedback.
     observations: list[tuple[float, bool]] = field(default_factory=list)
@@ -116,7 +116,7 @@ class Entry:
 
     def summary(self) -> dict[str, Any]:
         """What the admin API shows (no vector)."""
-        return {"id": self.id.hex(), "hits": self.hits, "bytes": self.nbytes, **self.meta()}
+        return {"id": self.id.hex(), "served": self.served, "bytes": self.nbytes, **self.meta()}
 
 
 def encode_entry(entry: Entry, vector: np.ndarray) -> dict[str, np.ndarray]:
