@@ -4,8 +4,9 @@ Every index holds unit vectors under integer labels and answers inner-product to
 vectors). ``AutoIndex`` is what the cache uses per partition: exact search while the partition is
 small (exact and faster below a few thousand vectors), switched once to HNSW when it grows past
 ``switch_at``. hnswlib was picked over usearch and faiss-cpu by benchmarks/bench_ann.py (figures in
-docs/semantic-cache.md): equal or better recall and queries/s at 10^4 and 10^6, in-place deletes
-(``mark_deleted`` + ``replace_deleted``), and the smallest dependency.
+docs/semantic-cache.md, measured at 10^4 vectors): recall and queries/s level with faiss, the fastest
+build, the least memory, in-place deletes (``mark_deleted`` + ``replace_deleted``), the smallest
+dependency.
 """
 
 from __future__ import annotations
