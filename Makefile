@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install run test lint bench bench-ttft mutate mutate-known clean redis-server chromium
+.PHONY: install run test lint bench bench-ttft bench-semantic mutate mutate-known clean redis-server chromium
 
 # torch first and pinned: 2.13.0 is the CPU wheel on this machine's disk; anything unpinned
 # that depends on torch would pull a multi-GB CUDA build instead.
@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,sim,model,server,redis,crypto]'
+	$(BIN)/pip install -q -e '.[dev,sim,model,server,redis,semantic,crypto]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
@@ -65,6 +65,13 @@ mutate: install redis-server
 # each must be killed by its tests (~3 min).
 mutate-known: install
 	nice $(BIN)/python tools/known_mutants.py
+
+# The semantic cache: precision per threshold, latency at 10^4/10^5 entries (~10 min on 2 cores),
+# and the ANN libraries side by side (benchmark-only packages; 10^6 vectors: --sizes 10000,1000000).
+bench-semantic: install
+	$(BIN)/pip install -q usearch==2.26.6 numkong==7.8.6 faiss-cpu==1.15.1
+	$(BIN)/python benchmarks/bench_semantic.py
+	$(BIN)/python benchmarks/bench_ann.py --sizes 10000,100000
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build/mutation build/known-mutants

@@ -57,3 +57,7 @@ class MissingDependencyError(ConfigError, ImportError):
 
 class TierUnavailableError(CtxCacheError, RuntimeError):
     """A slow tier's backend could not be reached; the operation was skipped, not retried."""
+
+
+class SemanticInputError(CtxCacheError, ValueError):
+    """A semantic-cache request or setting is unusable (empty or oversized text, threshold outside [0, 1])."""

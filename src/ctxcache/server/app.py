@@ -94,22 +94,14 @@ def _lifespan(
             observability.close()
             await state.worker.stop()
             state.pins.clear()
+            if getattr(app.state, "semantic", None) is not None:
+                app.state.semantic.close()
 
     return lifespan
 
 
-def create_app(
-    lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str | None = None, obs: ObsConfig | None = None
-) -> FastAPI:
-    """Build the app around a loaded CachedLM. Run it with uvicorn (the lifespan starts the worker)."""
-    cfg = cfg or ServerConfig()
-    state = ServerState(lm, cfg, model_id or cfg.model_id or "model")
-    state.obs = observability = Observability(lm.cache, state.metrics.registry, obs or cfg.observability)
-    lifespan = _lifespan(state, observability)
-    app = FastAPI(title="ctxcache", version=__version__, description=_DESCRIPTION, lifespan=lifespan)
-    app.state.ctx = state
-    app.state.obs = observability
-    app.add_middleware(_Stamp, metrics=state.metrics)
+def _install_error_handlers(app: FastAPI) -> None:
+    """Every error leaves in the API's own shape (see deps.error_response)."""
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
@@ -126,10 +118,30 @@ def create_app(
             msg = f"no route {request.method} {request.url.path}; see /docs for the API"
         return error_response(request, exc.status_code, msg, headers=getattr(exc, "headers", None))
 
+
+def create_app(
+    lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str | None = None, obs: ObsConfig | None = None
+) -> FastAPI:
+    """Build the app around a loaded CachedLM. Run it with uvicorn (the lifespan starts the worker)."""
+    cfg = cfg or ServerConfig()
+    state = ServerState(lm, cfg, model_id or cfg.model_id or "model")
+    state.obs = observability = Observability(lm.cache, state.metrics.registry, obs or cfg.observability)
+    lifespan = _lifespan(state, observability)
+    app = FastAPI(title="ctxcache", version=__version__, description=_DESCRIPTION, lifespan=lifespan)
+    app.state.ctx = state
+    app.state.obs = observability
+    app.add_middleware(_Stamp, metrics=state.metrics)
+
+    _install_error_handlers(app)
+
     app.include_router(openai_router)
     app.include_router(anthropic_router)
     app.include_router(admin_router)
     app.include_router(obs_router)
+    if cfg.semantic.get("tenants"):  # opt-in: see routes_semantic.py
+        from .routes_semantic import build_semantic, install
+
+        install(app, *build_semantic(cfg.semantic, state.model_id))
 
     @app.get("/v1/models", response_model=ModelList, tags=["models"])
     async def list_models(tenant: str = Depends(tenant_for)) -> ModelList:

@@ -28,6 +28,12 @@ worker_stall_s = 120      # /readyz fails when one job runs longer
 [observability.ab]        # A/B groups: a sticky share of tenants served by another cache
 fraction = 0.1
 cache = { block_size = 32, tiers = [{ kind = "memory", capacity = "2GiB", policy = "s3fifo" }] }
+
+[semantic]                # semantic response cache, opt-in per tenant: see docs/semantic-cache.md
+tenants = ["team-a"]
+
+[admin]                   # admin API key (env CTXCACHE_ADMIN_KEY overrides); none: admin routes off
+key = "admin-secret"
 ```
 """
 
@@ -64,6 +70,8 @@ class ServerConfig:
     api_keys: dict[str, str] = field(default_factory=dict)
     cache_config: dict[str, Any] = field(default_factory=dict)
     observability: ObsConfig = field(default_factory=ObsConfig)
+    semantic: dict[str, Any] = field(default_factory=dict)  # validated by server/routes_semantic.py
+    admin: dict[str, Any] = field(default_factory=dict)  # {"key": ...}, see server/admin_auth.py
 
     def __post_init__(self) -> None:
         for name in ("max_queue", "max_context", "max_tokens_limit", "default_max_tokens"):
@@ -97,8 +105,14 @@ class ServerConfig:
         return cc
 
 
-_SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {"api_keys", "cache_config", "observability"}
-_TABLES = ["api_keys", "cache", "observability", "server"]
+_SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {
+    "api_keys",
+    "cache_config",
+    "observability",
+    "semantic",
+    "admin",
+}
+_TABLES = ["admin", "api_keys", "cache", "observability", "semantic", "server"]
 
 
 def load_server_config(source: str | os.PathLike[str] | Mapping[str, Any] | None = None) -> ServerConfig:
@@ -126,10 +140,18 @@ def load_server_config(source: str | os.PathLike[str] | Mapping[str, Any] | None
         raise ConfigError(f"unknown [server] keys {sorted(bad)}; known: {sorted(_SERVER_KEYS)}")
     keys = data.get("api_keys", {})
     cache = data.get("cache", {})
-    if not isinstance(keys, Mapping) or not isinstance(cache, Mapping):
-        raise ConfigError("[api_keys] and [cache] must be tables")
+    semantic, admin = data.get("semantic", {}), data.get("admin", {})
+    if not all(isinstance(t, Mapping) for t in (keys, cache, semantic, admin)):
+        raise ConfigError("[api_keys], [cache], [semantic] and [admin] must be tables")
     obs = obs_config_from(data.get("observability", {}))
     try:
-        return ServerConfig(**server, api_keys=dict(keys), cache_config=dict(cache), observability=obs)
+        return ServerConfig(
+            **server,
+            api_keys=dict(keys),
+            cache_config=dict(cache),
+            observability=obs,
+            semantic=dict(semantic),
+            admin=dict(admin),
+        )
     except TypeError as exc:
         raise ConfigError(f"[server]: {exc}") from None

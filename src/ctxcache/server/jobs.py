@@ -116,6 +116,15 @@ def _created_by_ttl(usage: Usage, marks: list[tuple[int, str]]) -> dict[str, int
     return out
 
 
+def _over_context(state: ServerState, n_prompt: int, max_new: int) -> str | None:
+    """The 400 message when prompt + max tokens exceed the model's context, else None."""
+    want = n_prompt + max_new
+    if want <= state.max_context:
+        return None
+    return (f"this model's context limit is {state.max_context} tokens, but the request needs {want} "
+            f"({n_prompt} in the prompt + {max_new} max tokens): shorten the prompt or lower max_tokens")  # fmt: skip
+
+
 def chat_job(state: ServerState, job: ChatJob) -> Callable[[JobContext], None]:
     """The work of one chat request, run on the model thread; results come back as events."""
 
@@ -132,14 +141,9 @@ def chat_job(state: ServerState, job: ChatJob) -> Callable[[JobContext], None]:
         params = job.params
         if job.clamp_max_tokens and len(ids) < state.max_context:
             params = replace(params, max_new_tokens=min(params.max_new_tokens, state.max_context - len(ids)))
-        want = len(ids) + params.max_new_tokens
-        if want > state.max_context:
-            ctx.emit(
-                "error",
-                (400, f"this model's context limit is {state.max_context} tokens, but the request needs {want} "
-                      f"({len(ids)} in the prompt + {params.max_new_tokens} max tokens): shorten the prompt or "
-                      "lower max_tokens"),
-            )  # fmt: skip
+        too_long = _over_context(state, len(ids), params.max_new_tokens)
+        if too_long:
+            ctx.emit("error", (400, too_long))
             return
         marks = sorted(
             (common_prefix(ids, lm.encode(bp.prefix, add_generation_prompt=False)), bp.ttl) for bp in job.breakpoints
