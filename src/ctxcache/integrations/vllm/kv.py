@@ -71,10 +71,8 @@ class KVLayout:
         out: list[list[torch.Tensor]] = [[] for _ in range(n)]
         idx = torch.tensor(list(block_ids[: n * ratio]), dtype=torch.long, device=self.device)
         for li, (t, axis) in enumerate(zip(self.layers, self.axes)):
-            host = self._to_host(li, t.index_select(axis, idx))  # one gather per layer: the transfer
-            for b in range(n):
-                part = host.narrow(axis, b * ratio, ratio)
-                out[b].append(part.clone() if n > 1 else part)  # own storage: evicting one block frees it
+            for b in range(n):  # one gather per block and layer: each block owns its storage, and is freed alone
+                out[b].append(self._to_host(li, t.index_select(axis, idx[b * ratio : (b + 1) * ratio])))
         return out
 
     def _to_host(self, li: int, t: torch.Tensor) -> torch.Tensor:
