@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install run test lint bench bench-ttft bench-vllm test-vllm clean redis-server
+.PHONY: install run test lint bench bench-ttft bench-vllm test-vllm test-vllm-gpu clean redis-server
 
 # torch first and pinned: 2.13.0 is the CPU wheel on this machine's disk; anything unpinned
 # that depends on torch would pull a multi-GB CUDA build instead.
@@ -69,6 +69,10 @@ VLLM_MODEL = $$($(BIN)/python -c 'from ctxcache.integrations.model_store import 
 # after `make test`, outside that target's 15-minute budget.
 test-vllm: install $(VLLM_STAMP)
 	CTXCACHE_VLLM_MODEL=$(VLLM_MODEL) $(VLLM_VENV)/bin/pytest -p no:cacheprovider tests/integrations/vllm_connector
+
+# The same e2e tests on a CUDA GPU with the CUDA vllm wheel (its own .venv-vllm-gpu): run on a GPU machine.
+test-vllm-gpu:
+	scripts/gpu_vllm_e2e.sh
 
 # vLLM chat benchmark: APC alone, vLLM's offloading connector, ctxcache RAM and RAM+disk, restarts.
 bench-vllm: install $(VLLM_STAMP)

@@ -24,7 +24,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM lives in .venv-vllm: run `make test-vllm`")
 
-BLOCK = 128  # vLLM's CPU block size; the connector's default ctxcache block size
+BLOCK = 128  # vLLM's block size, pinned (CPU's default; CUDA's is 16); the connector's default ctxcache block size
 SRC = Path(__file__).resolve().parents[3] / "src"
 
 
@@ -64,7 +64,7 @@ def _wait_for_memory(gib: float = 6.0, timeout: float = 900.0) -> None:
 def run_engine(tmp: Path, name: str, requests: list[dict[str, Any]], connector: dict[str, Any] | None) -> Any:
     job: dict[str, Any] = {
         "model": _model_dir(), "dtype": "float32", "max_model_len": 4096, "max_num_batched_tokens": 512,
-        "prefix_caching": connector is not None, "kv_space_gib": 1, "requests": requests,
+        "prefix_caching": connector is not None, "kv_space_gib": 1, "requests": requests, "block_size": BLOCK,
     }  # fmt: skip
     if connector is not None:
         stats = str(tmp / f"{name}-stats.json")
@@ -76,6 +76,8 @@ def run_engine(tmp: Path, name: str, requests: list[dict[str, Any]], connector: 
             "kv_connector_extra_config": {**connector, "stats_path": stats},
         }
     (tmp / f"{name}.json").write_text(json.dumps(job))
+    if os.environ.get("CTXCACHE_VLLM_DEVICE_KV_FRACTION"):  # scripts/gpu_vllm_e2e.sh: a shared GPU
+        job["device_kv_fraction"] = float(os.environ["CTXCACHE_VLLM_DEVICE_KV_FRACTION"])
     env = {**os.environ, "VLLM_CACHE_ROOT": str(tmp / "vllm-cache"), "VLLM_CPU_KVCACHE_SPACE": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
     _wait_for_memory()

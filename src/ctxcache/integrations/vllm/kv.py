@@ -68,20 +68,26 @@ class KVLayout:
     def gather(self, block_ids: Sequence[int], ratio: int) -> list[list[torch.Tensor]]:
         """Host copies of whole ctxcache blocks: ``[block][layer]``, ``ratio`` vLLM blocks each."""
         n = len(block_ids) // ratio
-        out: list[list[torch.Tensor]] = [[] for _ in range(n)]
         idx = torch.tensor(list(block_ids[: n * ratio]), dtype=torch.long, device=self.device)
-        for li, (t, axis) in enumerate(zip(self.layers, self.axes)):
-            for b in range(n):  # one gather per block and layer: each block owns its storage, and is freed alone
-                out[b].append(self._to_host(li, t.index_select(axis, idx[b * ratio : (b + 1) * ratio])))
+        if self.device.type != "cpu":  # pragma: no cover - needs a GPU
+            return self._gather_device(idx, n, ratio)
+        out: list[list[torch.Tensor]] = [[] for _ in range(n)]
+        for t, axis in zip(self.layers, self.axes):
+            for b in range(n):  # one copy per block and layer: each block owns its storage, and is freed alone
+                out[b].append(t.index_select(axis, idx[b * ratio : (b + 1) * ratio]))
         return out
 
-    def _to_host(self, li: int, t: torch.Tensor) -> torch.Tensor:
-        if t.device.type == "cpu":
-            return t
-        buf = self._staging(li, t)  # pragma: no cover - needs a GPU
-        buf.copy_(t, non_blocking=True)
-        torch.cuda.current_stream(t.device).synchronize()
-        return buf.clone()
+    def _gather_device(self, idx: torch.Tensor, n: int, ratio: int) -> list[list[torch.Tensor]]:  # pragma: no cover
+        # Every layer's gather goes device -> pinned asynchronously, then one synchronize for the step;
+        # the pinned buffers are reused, so each block gets its own pageable copy.
+        staged = []
+        for li, (t, axis) in enumerate(zip(self.layers, self.axes)):
+            src = t.index_select(axis, idx)
+            buf = self._staging(li, src)
+            buf.copy_(src, non_blocking=True)
+            staged.append((buf, axis))
+        torch.cuda.current_stream(self.device).synchronize()
+        return [[buf.narrow(axis, b * ratio, ratio).clone() for buf, axis in staged] for b in range(n)]
 
     def _staging(self, li: int, t: torch.Tensor) -> torch.Tensor:  # pragma: no cover - needs a GPU
         key = (li, t.numel())
