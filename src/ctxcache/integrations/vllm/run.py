@@ -129,3 +129,8 @@ if __name__ == "__main__":
         sys.exit("usage: python -m ctxcache.integrations.vllm.run JOB.json OUT.json")
     job = json.loads(Path(sys.argv[1]).read_text())
     Path(sys.argv[2]).write_text(json.dumps(run(job)))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # vLLM's leftover threads and shared-memory trackers kept a finished run alive for minutes on a
+    # loaded machine; the engine is shut down and the result written, so leave now.
+    os._exit(0)
