@@ -5,7 +5,7 @@
 ```json
 {"model": "/path/to/model", "dtype": "float32", "max_model_len": 4096,
  "max_num_batched_tokens": 512, "prefix_caching": true, "kv_space_gib": 1, "num_blocks": null,
- "block_size": 128, "device_kv_fraction": null,
+ "block_size": 128, "device_kv_fraction": null, "kv_bytes": null, "disable_hma": false,
  "kv_transfer_config": {...} | null, "stats_path": "...",
  "requests": [{"tokens": [1, 2, ...], "salt": null, "max_tokens": 8}],
  "sessions": [[[system+document tokens], [user turn 2], ...], ...], "max_tokens": 8}
@@ -45,6 +45,10 @@ def _engine(job: dict[str, Any]) -> Any:
         kw["block_size"] = int(job["block_size"])
     if job.get("device_kv_fraction"):  # GPU: vLLM sizes its KV space from this share of device memory
         kw["gpu_memory_utilization"] = float(job["device_kv_fraction"])
+    if job.get("kv_bytes"):  # the same KV budget in bytes for every configuration (the benchmark)
+        kw["kv_cache_memory_bytes"] = int(job["kv_bytes"])
+    if job.get("disable_hma"):  # one KV layout for all: connectors without SupportsHMA force it anyway
+        kw["disable_hybrid_kv_cache_manager"] = True
     if job.get("num_blocks"):  # a small KV space without a small memory budget (the benchmark)
         kw["num_gpu_blocks_override"] = int(job["num_blocks"])
     if job.get("kv_transfer_config"):
