@@ -79,6 +79,7 @@ def _one(llm: Any, tokens: list[int], salt: str | None, max_tokens: int) -> dict
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(job.get("kv_space_gib", 1)))
+    os.environ.setdefault("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", "180")  # see _shutdown
     if job.get("stats_path"):  # a file left by an earlier engine must not pass for this one's
         Path(job["stats_path"]).unlink(missing_ok=True)
     t0 = time.perf_counter()
@@ -107,10 +108,12 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _shutdown(llm: Any) -> None:
+def _shutdown(llm: Any, timeout: float = 180.0) -> None:
+    # vLLM's default grace is 5 s, then it kills the engine and its workers: on a loaded machine
+    # that cut the connector's close (queued stores, RAM spilled to disk) short.
     core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
     if core is not None and hasattr(core, "shutdown"):
-        core.shutdown()
+        core.shutdown(timeout=timeout)
 
 
 def _final_stats(path: Path, timeout: float = 120.0) -> dict[str, Any] | None:
