@@ -7,9 +7,9 @@ replays every session's last prompt: the cached tokens after that restart show w
 Workload (scaled down for a shared 2-core CPU; the scale is printed with the results): SESSIONS
 chat sessions, each a unique DOC-token system prompt + document, then TURNS-1 follow-ups of USER
 tokens, OUT generated tokens per turn, served round robin (turn 1 of every session, then turn 2,
-...). vLLM's own KV space is KV_MIB of memory in every configuration (~3,600 tokens at 64 MiB, bf16,
-every layer), well below the sessions' total, so its prefix cache (APC) alone must evict between a
-session's turns. The hybrid KV manager is off in every configuration (ctxcache's connector and
+...). vLLM's own KV space is NUM_BLOCKS x 128 tokens in every configuration (3,072 tokens at 24),
+well below the sessions' total, so its prefix cache (APC) alone must evict between a session's
+turns (on CPU, VLLM_CPU_KVCACHE_SPACE overrides a byte budget, so the space is given in blocks). The hybrid KV manager is off in every configuration (ctxcache's connector and
 vLLM's offloading connectors need it off; with it on, APC alone would keep only the sliding-window
 layers' last 512 tokens and hold more sessions in the same bytes). Prompts are token ids (random
 ids, fixed seed); bf16, eager, greedy.
@@ -171,16 +171,16 @@ def main() -> None:
     ap.add_argument("--doc", type=int, default=1024)
     ap.add_argument("--user", type=int, default=128)
     ap.add_argument("--out-tokens", type=int, default=8)
-    ap.add_argument("--kv-mib", type=int, default=64, help="vLLM's own KV space (MiB; 64 = ~3,600 tokens)")
+    ap.add_argument("--num-blocks", type=int, default=24, help="vLLM's own KV space in 128-token blocks")
     ap.add_argument("--only", default="", help="comma-separated configuration names, run in that order")
     args = ap.parse_args()
     from rich.progress import Progress
 
     model = os.environ.get("CTXCACHE_VLLM_MODEL") or sys.exit("set CTXCACHE_VLLM_MODEL (make bench-vllm does)")
     sessions = workload(args.sessions, args.turns, args.doc, args.user)
-    scale = {k: getattr(args, k) for k in ("sessions", "turns", "doc", "user", "out_tokens", "kv_mib")}
+    scale = {k: getattr(args, k) for k in ("sessions", "turns", "doc", "user", "out_tokens", "num_blocks")}
     base = {"model": model, "dtype": "bfloat16", "max_model_len": 2048, "max_num_batched_tokens": 2048,
-            "kv_bytes": args.kv_mib << 20, "disable_hma": True, "max_tokens": args.out_tokens}  # fmt: skip
+            "num_blocks": args.num_blocks, "disable_hma": True, "max_tokens": args.out_tokens}  # fmt: skip
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-vllm-") as d, Progress() as bar:
         tmp = Path(d)
