@@ -87,3 +87,29 @@ def test_watchers_see_every_evictable_transition():
     # The watcher's view always equals the index's own evictable set.
     idx.insert("c", "a", b"c", 1)
     assert {k for k, ev in seen.items() if ev} == set(idx.evictable())
+
+
+def test_watchers_hear_only_real_transitions():
+    """A watcher is told when a block enters or leaves the evictable set, once; pinning a block
+    that already was not evictable (pinned twice, or an inner node) is not a transition."""
+    idx = RadixIndex()
+    events: list[tuple[object, bool]] = []
+    idx.watch(lambda k, ev: events.append((k, ev)))
+    chain(idx, ["a", "b"])
+    events.clear()
+    idx.pin([idx.get("b")])
+    idx.pin([idx.get("b"), idx.get("a")])
+    assert events == [("b", False)]
+    idx.unpin([idx.get("b"), idx.get("a")])
+    idx.unpin([idx.get("b")])
+    assert events == [("b", False), ("b", True)]
+    idx.pin([idx.get("b")])  # evictable again, so pinning it again is a transition again
+    assert events[2:] == [("b", False)]
+    idx.insert("c", "a", b"c", 1)  # a second child: "a" was not evictable before either
+    assert events[3:] == [("c", True)]
+
+
+def test_membership():
+    idx = RadixIndex()
+    chain(idx, ["a"])
+    assert "a" in idx and "b" not in idx and len(idx) == 1

@@ -134,3 +134,106 @@ def test_unsigned_and_boundary_ids():
     assert as_token_array(np.array([0, 2**31 - 1], dtype=np.uint32)).tolist() == [0, 2**31 - 1]
     with pytest.raises(InvalidTokensError, match="int32"):
         as_token_array(np.array([2**31], dtype=np.uint32))
+
+
+# --- what mutation testing found untested (docs/testing.md) --------------------------------------
+
+
+def test_keys_are_stable_across_releases():
+    """Persistent tiers outlive the process: a restarted or upgraded server must compute the same
+    keys for the same tokens, or every block on disk and in Redis becomes unreachable. Changing
+    the derivation is a format change: bump FORMAT_VERSION (Namespace.version) instead."""
+    ns = Namespace("t", model="m", salt=b"s")
+    assert ns.root.hex() == "a696a3efca8e02a48c5fa351fd5c6e13"
+    assert [k.hex() for k in BlockHasher(2, "xxh3").keys([1, 2, 3, 4], ns)] == [
+        "51d7c6afee7282fd62a4be662f2679d5",
+        "d8fc5d14f6598a607580219b8dd06f4b",
+    ]
+    assert [k.hex() for k in BlockHasher(2, "blake3").keys([1, 2, 3, 4], ns)] == [
+        "5ef64482f8255f05127d5e25ef2b1339",
+        "98a4eed2cc9b546c2a377119ba14648b",
+    ]
+
+
+@pytest.mark.parametrize("kw", [{"tenant": 1}, {"model": b"m"}, {"tenant": None, "model": 2}])
+def test_namespace_names_must_be_str(kw):
+    with pytest.raises(TypeError, match="Namespace tenant and model must be str"):
+        Namespace(**kw)
+
+
+@pytest.mark.parametrize("hash_name", ["xxh3", "blake3"])
+def test_walk_reuses_known_keys_and_still_verifies(hash_name):
+    """A Prompt remembers keys it hashed (the server looks a request up, then pins it): walks over
+    a prompt that knows none, some, all or more than the match of its keys agree, and a known
+    key's block is verified as a fresh one is."""
+    h = BlockHasher(4, hash_name)
+    ns = Namespace()
+    arr = as_token_array(list(range(24)))
+    pairs = list(h.chain(arr, ns))
+    assert [d for _, d in pairs] == h.block_bytes(arr) == [arr[i : i + 4].tobytes() for i in range(0, 24, 4)]
+    table = {k: _Stored(d) for k, d in pairs[:4]}
+    for known in range(7):
+        p = h.prompt(arr, ns)
+        p.keys(known)
+        assert [s.tokens for s in h.walk(p, table.get)] == [d for _, d in pairs[:4]], known
+        assert p.keys() == [k for k, _ in pairs]
+    table[pairs[2][0]] = _Stored(b"\0" * 16)  # a collision on a known key ends the match there
+    for known in (0, 3, 6):
+        p = h.prompt(arr, ns)
+        p.keys(known)
+        assert len(h.walk(p, table.get)) == 2, known
+
+
+def test_prompt_keys_are_hashed_once_and_shared_with_prefixes(monkeypatch):
+    h = BlockHasher(4)
+    ns = Namespace()
+    p = h.prompt(list(range(20)), ns)
+    full = h.keys(list(range(20)), ns)
+    assert p.keys(2) == full[:2] and p.keys(99) == full and p.keys(0) == []
+    hashed: list[int] = []
+    stream = h._stream
+
+    def counting(buf, ns, parent, start, stop):
+        hashed.append(stop - start)
+        return stream(buf, ns, parent, start, stop)
+
+    monkeypatch.setattr(h, "_stream", counting)
+    q = p.prefix(12)
+    assert q.keys() == full[:3] and q.keys(1) == full[:1]
+    assert p.extend([1, 2, 3, 4]).keys()[:5] == full
+    assert hashed == [1], "only the extension's new block is hashed"
+    fresh = h.prompt(list(range(20)), ns).prefix(8)  # a prefix that hashes its own blocks
+    assert fresh.namespace == ns and fresh.keys() == full[:2]
+
+
+def test_token_validation_messages_name_the_problem():
+    with pytest.raises(TokenTypeError, match="not str"):
+        as_token_array("abc")
+    with pytest.raises(TokenTypeError, match="not int"):
+        as_token_array(42)
+    with pytest.raises(InvalidTokensError, match="must be integers: "):
+        as_token_array([1, [2, 3]])
+    # The first offending id is named, past valid boundary ids.
+    with pytest.raises(InvalidTokensError, match=f"got {2**70}$"):
+        as_token_array([0, 2**31 - 1, 2**70, None])
+    with pytest.raises(InvalidTokensError, match="got True$"):
+        as_token_array([True, 2**70])
+    # Zero is a valid id: a too-large one next to it is reported as too large.
+    with pytest.raises(InvalidTokensError, match=f"fit in int32; found {2**40}"):
+        as_token_array([0, 2**40])
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16])
+def test_valid_ids_of_every_integer_dtype_pass(dtype):
+    arr = np.array([0, 1, 5, 100, 7, 3], dtype=dtype)
+    for view in (arr, arr[::2], arr[::-1]):
+        out = as_token_array(view)
+        assert out.dtype == np.dtype("<i4") and out.tolist() == view.tolist()
+    for empty in ([], np.array([], dtype=dtype)):
+        assert as_token_array(empty).dtype == np.dtype("<i4")
+
+
+def test_hasher_defaults_and_smallest_block():
+    assert BlockHasher().block_size == 256 and BlockHasher().hash == "xxh3"
+    h = BlockHasher(1)
+    assert len(h.keys([3, 1, 2], Namespace())) == 3

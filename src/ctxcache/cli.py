@@ -18,7 +18,9 @@ from rich.table import Table
 
 from . import __version__
 from .cache import ContextCache
+from .cli_cache import cache_app
 from .errors import CtxCacheError
+from .observability.cli import register as register_observability
 from .policies import policy_names
 from .sim.costmodel import PRESETS, get_cost_model
 from .sim.report import plot_curves, render_table, run_grid, to_record
@@ -26,6 +28,7 @@ from .sim.simulator import SEMANTICS, Trace
 from .sim.traces import MOONCAKE_BLOCK, count_lines, read_mooncake
 
 app = typer.Typer(add_completion=False, help="ctxcache: a dynamic context (KV) cache for LLM inference.")
+app.add_typer(cache_app, name="cache")
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
 
@@ -223,6 +226,13 @@ def serve(
     ] = "transformers",
     cache_config: Annotated[Path | None, typer.Option(help="--engine vllm: ctxcache cache TOML (tiers)")] = None,
     vllm_python: Annotated[str | None, typer.Option(help="--engine vllm: Python with vLLM installed")] = None,
+    log_level: Annotated[
+        str | None, typer.Option(help="DEBUG, INFO, WARNING, ERROR (default: $CTXCACHE_LOG_LEVEL or INFO)")
+    ] = None,
+    log_json: Annotated[
+        bool | None,
+        typer.Option("--log-json/--log-text", help="log one JSON object per line (default: $CTXCACHE_LOG_JSON)"),
+    ] = None,
 ) -> None:
     """Serve a model over OpenAI- and Anthropic-compatible HTTP APIs, with the context cache."""
     if engine == "vllm":
@@ -233,7 +243,10 @@ def serve(
         raise typer.Exit(2)
     from .server.cli import serve as run_server  # lazy: FastAPI and torch load only for this command
 
-    run_server(model, host, port, config)
+    run_server(model, host, port, config, log_level=log_level, log_json=log_json)
+
+
+register_observability(app)  # analyze, ab-report
 
 
 def _serve_vllm(model: Path | None, host: str, port: int, cache_config: Path | None, python: str | None) -> None:

@@ -8,8 +8,8 @@ prefix. Each node keeps its block's token bytes; a hit whose bytes differ from t
 
 Eviction rules the index enforces:
 - only an unpinned leaf may leave the index (a child without its parent could never be hit);
-- pins are refcounts, and a Match pins every block it returns, so a pinned block's ancestors
-  are pinned too.
+- pins are refcounts; a pinned block's ancestors are not leaves, so they stay in the index too
+  (the engine pins every block of a Match when a pin must also keep it in its tier).
 The set of evictable leaves (unpinned, childless) is maintained incrementally, so a policy can ask
 "may I evict this?" in O(1).
 """

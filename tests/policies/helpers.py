@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 
@@ -38,3 +39,29 @@ def drain(p: Any, can_evict: Any = None) -> list[Any]:
     while (k := p.evict(can_evict)) is not None:
         out.append(k)
     return out
+
+
+def conversations(seed: int, block_size: int, n: int = 240) -> list[list[int]]:
+    """Token lists of a small multi-user chat: a shared system prompt per user group (two blocks),
+    each user's history growing by a block per turn and sometimes starting over."""
+    rng = random.Random(seed)
+    bs = block_size
+    system = [[1000 * s + i for i in range(2 * bs)] for s in range(4)]
+    history: dict[int, list[int]] = {}
+    out = []
+    for r in range(n):
+        u = rng.randrange(24)
+        if u not in history or rng.random() < 0.1:
+            history[u] = list(system[u % 4])
+        history[u] += [100_000 + r * bs + i for i in range(bs)]
+        out.append(list(history[u]))
+    return out
+
+
+def block_ids(requests: list[list[int]], block_size: int) -> list[tuple[int, ...]]:
+    """Each request's full blocks as trace ids: equal prefixes get equal ids, as chained hashes do."""
+    ids: dict[tuple[int, ...], int] = {}
+    return [
+        tuple(ids.setdefault(tuple(toks[: (i + 1) * block_size]), len(ids)) for i in range(len(toks) // block_size))
+        for toks in requests
+    ]

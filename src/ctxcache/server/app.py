@@ -17,11 +17,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
+from ..observability.service import ObsConfig, Observability
 from .config import ServerConfig
 from .deps import APIError, describe_validation, error_response, tenant_for
 from .jobs import ServerState
 from .metrics import CONTENT_TYPE, Metrics
+from .routes_admin import router as admin_router
 from .routes_anthropic import router as anthropic_router
+from .routes_obs import router as obs_router
 from .routes_openai import router as openai_router
 from .schemas import ModelCard, ModelList
 
@@ -62,35 +65,50 @@ class _Stamp:
                 self.metrics.requests.labels(api, str(status)).inc()
 
 
+async def _tick(obs: Observability) -> None:
+    while True:
+        await asyncio.sleep(obs.cfg.log_every_s)
+        obs.tick()
+
+
 async def _sweep(state: ServerState) -> None:
     while True:
         await asyncio.sleep(SWEEP_EVERY_S)
         state.pins.sweep()
 
 
-def _lifespan(state: ServerState) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+def _lifespan(
+    state: ServerState, observability: Observability
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await state.worker.start()
-        sweeper = asyncio.create_task(_sweep(state))
+        background = [asyncio.create_task(_sweep(state)), asyncio.create_task(_tick(observability))]
         try:
             yield
         finally:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in background:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            observability.close()
             await state.worker.stop()
             state.pins.clear()
 
     return lifespan
 
 
-def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str | None = None) -> FastAPI:
+def create_app(
+    lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str | None = None, obs: ObsConfig | None = None
+) -> FastAPI:
     """Build the app around a loaded CachedLM. Run it with uvicorn (the lifespan starts the worker)."""
     cfg = cfg or ServerConfig()
     state = ServerState(lm, cfg, model_id or cfg.model_id or "model")
-    app = FastAPI(title="ctxcache", version=__version__, description=_DESCRIPTION, lifespan=_lifespan(state))
+    state.obs = observability = Observability(lm.cache, state.metrics.registry, obs or cfg.observability)
+    lifespan = _lifespan(state, observability)
+    app = FastAPI(title="ctxcache", version=__version__, description=_DESCRIPTION, lifespan=lifespan)
     app.state.ctx = state
+    app.state.obs = observability
     app.add_middleware(_Stamp, metrics=state.metrics)
 
     @app.exception_handler(APIError)
@@ -110,6 +128,8 @@ def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str |
 
     app.include_router(openai_router)
     app.include_router(anthropic_router)
+    app.include_router(admin_router)
+    app.include_router(obs_router)
 
     @app.get("/v1/models", response_model=ModelList, tags=["models"])
     async def list_models(tenant: str = Depends(tenant_for)) -> ModelList:
@@ -120,7 +140,7 @@ def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str |
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, Any]:
-        """Liveness and a summary: model, queue, cache and pins."""
+        """Liveness (the process answers) and a summary: model, queue, cache and pins. See /readyz."""
         s = lm.cache.stats()
         return {
             "status": "ok",

@@ -53,11 +53,22 @@ def embedded_tiers(model_fingerprint: str) -> list[dict[str, object]]:
     ]
 
 
-def serve(model: Path | None, host: str, port: int, config: Path | None) -> None:
+def serve(
+    model: Path | None,
+    host: str,
+    port: int,
+    config: Path | None,
+    *,
+    log_level: str | None = None,
+    log_json: bool | None = None,
+) -> None:
     """Serve ``model`` (default: Gemma 3 270M, prepared once) with the context cache."""
+    from ..observability.logging import configure
+
     try:
+        configure(log_level, log_json)  # before the config: a bad level or table fails fast
         cfg = load_server_config(config)
-    except CtxCacheError as exc:
+    except (CtxCacheError, ValueError) as exc:
         raise _fail(str(exc)) from None
     _check_port(host, port)
     try:
