@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install run test lint bench bench-ttft clean redis-server
+.PHONY: install run test lint bench bench-ttft bench-retention clean redis-server
 
 # torch first and pinned: 2.13.0 is the CPU wheel on this machine's disk; anything unpinned
 # that depends on torch would pull a multi-GB CUDA build instead.
@@ -48,6 +48,13 @@ bench: install redis-server
 # block-size sweep (~15 min on 2 cores).
 bench-ttft: install
 	$(BIN)/python benchmarks/bench_ttft.py
+
+# Retention, KV precision and truncation quality on the real model (~45 min on 2 busy cores).
+bench-retention: install
+	$(BIN)/python benchmarks/bench_retention.py --part ppl
+	$(BIN)/python benchmarks/bench_retention.py --part passkey
+	$(BIN)/python benchmarks/bench_kv_precision.py
+	$(BIN)/python benchmarks/bench_truncation.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -200,6 +200,16 @@ class RetentionSession:
         sc = self.scores
         sc.received, sc.recent, sc.entropy, sc.turn = (sc.received[:-n], sc.recent[:-n], sc.entropy[:-n], sc.turn[:-n])
 
+    def fork(self, config: RetentionConfig, warm: Any = None) -> RetentionSession:
+        """A copy of this session's state under another config (scores carry over): one scored
+        prefill serves many policies and budgets."""
+        f = RetentionSession(self.model, config, chunk=self.chunk, warm=warm)
+        f._set(self.pos.clone(), [(layer.keys.clone(), layer.values.clone()) for layer in self.kv.layers])
+        f.tokens, f.turn, f.dropped, f.last_logits = list(self.tokens), self.turn, self.dropped, self.last_logits
+        sc = self.scores
+        f.scores = Scores(sc.received.clone(), sc.recent.clone(), sc.entropy.clone(), sc.turn.clone())
+        return f
+
     def kv_bytes(self) -> int:
         return sum(layer.keys.nbytes + layer.values.nbytes for layer in self.kv.layers)
 
