@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -68,11 +68,7 @@ async def _sweep(state: ServerState) -> None:
         state.pins.sweep()
 
 
-def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str | None = None) -> FastAPI:
-    """Build the app around a loaded CachedLM. Run it with uvicorn (the lifespan starts the worker)."""
-    cfg = cfg or ServerConfig()
-    state = ServerState(lm, cfg, model_id or cfg.model_id or "model")
-
+def _lifespan(state: ServerState) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await state.worker.start()
@@ -86,7 +82,14 @@ def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str |
             await state.worker.stop()
             state.pins.clear()
 
-    app = FastAPI(title="ctxcache", version=__version__, description=_DESCRIPTION, lifespan=lifespan)
+    return lifespan
+
+
+def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str | None = None) -> FastAPI:
+    """Build the app around a loaded CachedLM. Run it with uvicorn (the lifespan starts the worker)."""
+    cfg = cfg or ServerConfig()
+    state = ServerState(lm, cfg, model_id or cfg.model_id or "model")
+    app = FastAPI(title="ctxcache", version=__version__, description=_DESCRIPTION, lifespan=_lifespan(state))
     app.state.ctx = state
     app.add_middleware(_Stamp, metrics=state.metrics)
 
