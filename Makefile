@@ -49,7 +49,7 @@ bench: install redis-server
 bench-ttft: install
 	$(BIN)/python benchmarks/bench_ttft.py
 
-# Retention, KV precision and truncation quality on the real model (~45 min on 2 busy cores).
+# Retention, KV precision and truncation quality on the real model (~40 min on 2 busy cores).
 bench-retention: install
 	$(BIN)/python benchmarks/bench_retention.py --part ppl
 	$(BIN)/python benchmarks/bench_retention.py --part passkey

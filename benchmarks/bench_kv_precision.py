@@ -190,9 +190,9 @@ def _plot(res: dict[str, Any]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ctx", type=int, default=1024)
-    ap.add_argument("--eval", type=int, default=512)
+    ap.add_argument("--eval", type=int, default=256)
     ap.add_argument("--step", type=int, default=128)
-    ap.add_argument("--texts", type=int, default=6)
+    ap.add_argument("--texts", type=int, default=3)
     ap.add_argument("--block", type=int, default=64)
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--prompt", type=int, default=64)

@@ -11,12 +11,13 @@ decoding would produce every digit of the key. Warm-store variants recall the to
 Quest bound before answering and record which blocks the question really needed.
 
   python benchmarks/bench_retention.py --part ppl
-  python benchmarks/bench_retention.py --part passkey --lengths 1024,2048,4096 --trials 1
+  python benchmarks/bench_retention.py --part passkey   # 1k, 4k, 8k tokens x depths 0.1, 0.5, 0.9
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import random
 import time
@@ -129,27 +130,29 @@ def run_passkey(model: Any, tok: Any, a: argparse.Namespace) -> dict[str, Any]:
     configs += [(p, b, a.warm_k) for p in ("streaming", "snapkv") for b in BUDGETS]
     lengths = [int(x) for x in a.lengths.split(",")]
     depths = [float(x) for x in a.depths.split(",")]
-    rows = []
+    # Depth outermost, so every length is covered early; partial rows are saved after each prompt
+    # (a long run stopped midway still leaves a usable result).
+    prompts = [(n, d, t) for t in range(a.trials) for d in depths for n in lengths]
+    rows: list[dict[str, Any]] = []
     with progress() as bar:
-        task = bar.add_task("passkey", total=len(lengths) * len(depths) * a.trials * len(configs))
-        for n in lengths:
-            for depth in depths:
-                for trial in range(a.trials):
-                    key = str(rng.randrange(10000, 99999))
-                    ctx, question, answer = _passkey_prompt(tok, n, depth, key)
-                    t0 = time.perf_counter()
-                    base = RetentionSession(model, RetentionConfig("h2o", 1.0, recent=a.recent), chunk=512)
-                    base.feed(ctx)
-                    t_prefill = time.perf_counter() - t0
-                    for policy, budget, warm_k in configs:
-                        warm = WarmStore(full_layers, block_size=64) if warm_k else None
-                        s = base.fork(RetentionConfig(policy, budget, recent=a.recent), warm=warm)
-                        s.compress()
-                        ok, info = _answer(s, question, answer, warm_k)
-                        rows.append({"length": len(ctx), "target": n, "depth": depth, "trial": trial,
-                                     "policy": policy + ("+warm" if warm_k else ""), "budget": budget, "hit": ok,
-                                     "prefill_s": t_prefill, **info})  # fmt: skip
-                        bar.advance(task)
+        task = bar.add_task("passkey", total=len(prompts) * len(configs))
+        for n, depth, trial in prompts:
+            key = str(rng.randrange(10000, 99999))
+            ctx, question, answer = _passkey_prompt(tok, n, depth, key)
+            t0 = time.perf_counter()
+            base = RetentionSession(model, RetentionConfig("h2o", 1.0, recent=a.recent), chunk=512)
+            base.feed(ctx)
+            t_prefill = time.perf_counter() - t0
+            for policy, budget, warm_k in configs:
+                warm = WarmStore(full_layers, block_size=64) if warm_k else None
+                s = base.fork(RetentionConfig(policy, budget, recent=a.recent), warm=warm)
+                s.compress()
+                ok, info = _answer(s, question, answer, warm_k)
+                rows.append({"length": len(ctx), "target": n, "depth": depth, "trial": trial,
+                             "policy": policy + ("+warm" if warm_k else ""), "budget": budget, "hit": ok,
+                             "prefill_s": t_prefill, **info})  # fmt: skip
+                bar.advance(task)
+            (RESULTS / "retention_passkey.partial.json").write_text(json.dumps({"rows": rows}))
     return {"rows": rows}
 
 
@@ -206,11 +209,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", choices=("ppl", "passkey"), required=True)
     ap.add_argument("--ctx", type=int, default=1024)
-    ap.add_argument("--eval", type=int, default=512)
+    ap.add_argument("--eval", type=int, default=256)
     ap.add_argument("--step", type=int, default=128)
     ap.add_argument("--texts", type=int, default=3)
     ap.add_argument("--recent", type=int, default=32)
-    ap.add_argument("--lengths", default="1024,2048,4096")
+    ap.add_argument("--lengths", default="1024,4096,8192")
     ap.add_argument("--depths", default="0.1,0.5,0.9")
     ap.add_argument("--trials", type=int, default=1)
     ap.add_argument("--warm-k", type=int, default=2)
@@ -225,6 +228,8 @@ def main() -> None:
         _plot_passkey(res)
     res.update({"part": a.part, "args": vars(a), "wall_s": time.perf_counter() - t0})
     write(f"retention_{a.part}", res)
+    if a.part == "passkey":
+        (RESULTS / "retention_passkey.partial.json").unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,8 @@ def _turn(tok: Any, role: str, text: str) -> list[int]:
 
 def paragraphs(tok: Any, max_tokens: int = 160) -> list[str]:
     out = []
-    for text in texts().values():
+    # Licences first, then Python sources (the order the published results were built with).
+    for _, text in sorted(texts().items(), key=lambda kv: not kv[0].startswith("license:")):
         for para in text.split("\n\n"):
             para = para.strip()
             if len(para) > 20 and len(tok(para, add_special_tokens=False).input_ids) <= max_tokens:
@@ -136,7 +137,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=2048)
     ap.add_argument("--low", type=float, default=0.6)
     ap.add_argument("--block", type=int, default=64)
-    ap.add_argument("--quality-turns", type=int, default=24)
+    ap.add_argument("--quality-turns", type=int, default=16)
     ap.add_argument("--quality-limit", type=int, default=1024)
     a = ap.parse_args()
     model, tok = load_model("sdpa")

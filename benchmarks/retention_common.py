@@ -33,11 +33,11 @@ def texts() -> dict[str, str]:
     import textwrap
 
     out = {}
-    for name in ("GPL-3", "Apache-2.0", "MPL-2.0"):
+    # Alternating licence / Python source, so that any ``--texts N`` >= 2 covers both kinds.
+    for name, mod in zip(("GPL-3", "Apache-2.0", "MPL-2.0"), (argparse, difflib, textwrap)):
         p = LICENSES / name
         if p.is_file():
             out[f"license:{name}"] = p.read_text(errors="replace")
-    for mod in (argparse, difflib, textwrap):
         src = inspect.getsourcefile(mod)
         if src:
             out[f"python:{Path(src).name}"] = Path(src).read_text()
