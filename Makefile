@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,sim,model,server,redis]'
+	$(BIN)/pip install -q -e '.[dev,sim,model,server,redis,crypto]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from . import __version__
 from .cache import ContextCache
+from .cli_cache import cache_app
 from .errors import CtxCacheError
 from .policies import policy_names
 from .sim.costmodel import PRESETS, get_cost_model
@@ -26,6 +27,7 @@ from .sim.simulator import SEMANTICS, Trace
 from .sim.traces import MOONCAKE_BLOCK, count_lines, read_mooncake
 
 app = typer.Typer(add_completion=False, help="ctxcache: a dynamic context (KV) cache for LLM inference.")
+app.add_typer(cache_app, name="cache")
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
 

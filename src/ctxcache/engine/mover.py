@@ -168,12 +168,14 @@ class Mover:
         """The block encoded with ``dst``'s codec, from the payload or from the source tier."""
         assert dst.codec is not None
         if m.payload is not None:
-            return dst.codec.encode(m.payload, key_bytes(m.key), m.meta.tokens, m.meta.parent, m.meta.depth)
+            return dst.codec.encode(
+                m.payload, key_bytes(m.key), m.meta.tokens, m.meta.parent, m.meta.depth, m.meta.tenant
+            )
         if src is None:
             return None
-        if src.codec is not None and (src.codec.mode, src.codec.compression) == (dst.codec.mode, dst.codec.compression):
+        if src.codec is not None and src.codec.same_format(dst.codec):
             return src.get_blob(m.key)  # verified by the source, copied as is
         block = src.load_many([m.key], [None])[0]
         if block is None:
             return None
-        return dst.codec.encode(block.payload, key_bytes(m.key), block.tokens, block.parent, block.depth)
+        return dst.codec.encode(block.payload, key_bytes(m.key), block.tokens, block.parent, block.depth, block.tenant)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..cache import ContextCache, Match, Prompt
+from ..keys import Namespace
 from ..usage import Usage
 from . import Detokenizer, Generation, SamplingParams, Timings
 from .model_store import GEMMA_CHAT_TEMPLATE, INSTALL_HINT, ModelError
@@ -277,7 +278,7 @@ class CachedLM:
         self,
         tokens: Sequence[int],
         *,
-        namespace: str = "default",
+        namespace: str | Namespace = "default",
         store_upto: int | None = None,
         use_cache: bool = True,
         keep_logits: int = 1,
@@ -333,7 +334,7 @@ class CachedLM:
         prompt: Sequence[int],
         params: SamplingParams | None = None,
         *,
-        namespace: str = "default",
+        namespace: str | Namespace = "default",
         store_upto: int | None = None,
         store_generated: bool = False,
         use_cache: bool = True,
@@ -361,7 +362,7 @@ class CachedLM:
         stop: str | Sequence[str] | None = None,
         seed: int | None = None,
         *,
-        namespace: str = "default",
+        namespace: str | Namespace = "default",
     ) -> GenerationStream:
         """Stream a chat reply: ``for delta in lm.stream(msgs): ...``, then ``stream.result``."""
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
@@ -377,7 +378,7 @@ class CachedLM:
         stop: str | Sequence[str] | None = None,
         seed: int | None = None,
         *,
-        namespace: str = "default",
+        namespace: str | Namespace = "default",
     ) -> Generation:
         """A chat reply, with usage (cached / created / uncached tokens, by tier) and timings."""
         s = self.stream(messages, max_new_tokens, temperature, top_p, stop, seed, namespace=namespace)

@@ -21,6 +21,7 @@ from .config import ServerConfig
 from .deps import APIError, describe_validation, error_response, tenant_for
 from .jobs import ServerState
 from .metrics import CONTENT_TYPE, Metrics
+from .routes_admin import router as admin_router
 from .routes_anthropic import router as anthropic_router
 from .routes_openai import router as openai_router
 from .schemas import ModelCard, ModelList
@@ -110,6 +111,7 @@ def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str |
 
     app.include_router(openai_router)
     app.include_router(anthropic_router)
+    app.include_router(admin_router)
 
     @app.get("/v1/models", response_model=ModelList, tags=["models"])
     async def list_models(tenant: str = Depends(tenant_for)) -> ModelList:

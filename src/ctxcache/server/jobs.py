@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ..engine.tenancy import PinnedQuotaError
 from ..usage import Usage
 from .config import ServerConfig
 from .metrics import Metrics
@@ -37,6 +38,7 @@ class ChatJob:
     arrived: float  # time.perf_counter() when the HTTP request came in
     breakpoints: list[Breakpoint] = field(default_factory=list)
     clamp_max_tokens: bool = False  # max_tokens was not given: fit the default into the context
+    cache_salt: str | None = None  # OpenAI-compatible per-request salt (validated by the route)
 
 
 @dataclass
@@ -144,15 +146,19 @@ def chat_job(state: ServerState, job: ChatJob) -> Callable[[JobContext], None]:
         stream = lm.stream_tokens(
             ids,
             params,
-            namespace=job.tenant,
+            namespace=lm.cache.namespace(job.tenant, job.cache_salt) if job.cache_salt else job.tenant,
             store_upto=store_upto,
             store_generated=cfg.cache_generated and not marks,
             use_cache=cfg.cache,
             should_stop=ctx.cancelled,
             on_prefill=lambda usage: ctx.emit("usage", usage),
         )
-        for delta in stream:
-            ctx.emit("delta", delta)
+        try:
+            for delta in stream:
+                ctx.emit("delta", delta)
+        except PinnedQuotaError as exc:  # a class-0 tenant over the cap on pinned bytes
+            ctx.emit("error", (429, str(exc)))
+            return
         gen = stream.result
         assert gen is not None
         pinned = 0
@@ -173,7 +179,8 @@ async def start(state: ServerState, job: ChatJob) -> Job:
     from .worker import QueueFullError
 
     try:
-        handle = state.worker.submit(chat_job(state, job))
+        tenancy = state.lm.cache.tenancy
+        handle = state.worker.submit(chat_job(state, job), tenancy.priority(job.tenant) if tenancy else 2)
     except QueueFullError as exc:
         raise APIError(429, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
     first = await handle.next()

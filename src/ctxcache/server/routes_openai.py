@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
 from ..integrations import SamplingParams
-from .deps import APIError, tenant_for
+from .deps import APIError, check_cache_salt, tenant_for
 from .jobs import ChatJob, Messages, Outcome, ServerState, collect, events, record, start
 from .schemas import ChatCompletion, ChatCompletionRequest
 from .worker import Job
@@ -77,7 +77,8 @@ async def chat_completions(
     arrived = getattr(request.state, "arrived", time.perf_counter())
     state.check_model(body.model)
     params, clamp = _params(state, body)
-    job = ChatJob(to_messages(body), params, tenant, arrived, clamp_max_tokens=clamp)
+    salt = check_cache_salt(state, tenant, body.cache_salt)
+    job = ChatJob(to_messages(body), params, tenant, arrived, clamp_max_tokens=clamp, cache_salt=salt)
     handle = await start(state, job)
     rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if body.stream:

@@ -44,6 +44,9 @@ class ChatCompletionRequest(_Req):
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1, le=1, description="only 1 is supported")
     user: str | None = None
+    cache_salt: str | None = Field(
+        None, description="vLLM-style per-request salt: only requests with the same salt (and tenant) share cache"
+    )
 
 
 class PromptTokensDetails(BaseModel):

@@ -111,7 +111,7 @@ class MemoryTier(Tier):
     def put(self, key: Hashable, payload: Any, meta: BlockMeta = NO_META) -> int:
         if self.codec is None:
             return self._store(key, payload, payload_nbytes(payload))
-        blob = self.codec.encode(payload, key_bytes(key), meta.tokens, meta.parent, meta.depth)
+        blob = self.codec.encode(payload, key_bytes(key), meta.tokens, meta.parent, meta.depth, meta.tenant)
         return self._store(key, blob, len(blob))
 
     def get_blob(self, key: Hashable) -> bytes | None:
