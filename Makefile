@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install run test lint bench bench-ttft bench-semantic bench-vllm test-vllm test-vllm-gpu mutate mutate-known clean redis-server chromium
+.PHONY: install run test lint bench bench-ttft bench-retention bench-semantic bench-vllm test-vllm test-vllm-gpu mutate mutate-known clean redis-server chromium
 
 # torch first and pinned: 2.13.0 is the CPU wheel on this machine's disk; anything unpinned
 # that depends on torch would pull a multi-GB CUDA build instead.
@@ -101,6 +101,13 @@ bench-semantic: install
 	$(BIN)/pip install -q usearch==2.26.6 numkong==7.8.6 faiss-cpu==1.15.1
 	$(BIN)/python benchmarks/bench_semantic.py
 	$(BIN)/python benchmarks/bench_ann.py --sizes 10000,100000
+
+# Retention, KV precision and truncation quality on the real model (~40 min on 2 busy cores).
+bench-retention: install
+	$(BIN)/python benchmarks/bench_retention.py --part ppl
+	$(BIN)/python benchmarks/bench_retention.py --part passkey
+	$(BIN)/python benchmarks/bench_kv_precision.py
+	$(BIN)/python benchmarks/bench_truncation.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache build/mutation build/known-mutants
