@@ -1,4 +1,4 @@
-"""Admin routes: erase a tenant's cache, flush everything, read a tenant's usage.
+"""Admin routes: erase a tenant's cache, flush everything, read a tenant's usage and per-tenant metrics.
 
 Only the admin key opens them (``[cache.tenancy] admin_keys``, or the ``CTXCACHE_ADMIN_KEY``
 environment variable): no tenant key can read, count or erase anything here, its own data
@@ -14,9 +14,12 @@ import os
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+from prometheus_client import generate_latest
 
 from ..engine.tenancy import key_digest
 from .deps import APIError, given_key
+from .metrics import CONTENT_TYPE
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
@@ -65,3 +68,9 @@ async def usage(tenant: str, request: Request) -> dict[str, Any]:
     """Bytes and quota per tier, blocks, lookups and hit tokens of one tenant."""
     _known(request, tenant)
     return dict(request.app.state.ctx.lm.cache.tenant_usage(tenant))
+
+
+@router.get("/metrics", dependencies=[Depends(require_admin)], response_class=Response)
+async def tenant_metrics(request: Request) -> Response:
+    """Per-tenant series in Prometheus text format (the public /metrics carries no tenant label)."""
+    return Response(generate_latest(request.app.state.obs.admin_registry), media_type=CONTENT_TYPE)
