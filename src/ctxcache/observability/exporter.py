@@ -2,8 +2,9 @@
 
 The cache owns its counters; this module only translates ``cache.stats()`` (and the observer's
 indicators) into metric families when Prometheus scrapes, so no counter has a second owner and
-an idle server does no metrics work. Request-level series (per tenant and A/B group, phase
-histograms) are owned by ``RequestMetrics`` and changed in one place, ``observe``.
+an idle server does no metrics work. Request-level series (by A/B group, phase histograms) are
+owned by ``RequestMetrics`` and changed in one place, ``observe``; their per-tenant breakdown is
+``TenantCollector``, which only the admin registry holds (the public /metrics names no tenant).
 """
 
 from __future__ import annotations
