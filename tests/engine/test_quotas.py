@@ -107,3 +107,17 @@ def test_quota_of_zero_serves_uncached(tmp_path):
     assert ask(cache, "z", p) == 0
     assert cache.stats()["rejected"] == 8 and cache.slots[0].tenant_used("z") == 0
     assert ask(cache, "b", p) == 0 and ask(cache, "b", p) == len(p)
+
+
+def test_the_pinned_cap_refusal_names_no_other_tenants_bytes(tmp_path):
+    """Two class-0 tenants share the cap: the refusal must not tell one how much the other pins."""
+    cache = cache_with(
+        [tier_of("memory", tmp_path, capacity=16 * BLOCK)],
+        {"s1": {"priority": 0}, "s2": {"priority": 0}},
+        max_pinned=6 * BLOCK,
+    )
+    ask(cache, "s1", prompt_of(1))  # 4 blocks of s1
+    with pytest.raises(PinnedQuotaError) as exc:
+        ask(cache, "s2", prompt_of(2, n_blocks=3))  # 3 blocks: 4 + 3 > 6
+    msg = str(exc.value)
+    assert str(4 * BLOCK) not in msg and "s1" not in msg and "class 0" in msg

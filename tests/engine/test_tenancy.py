@@ -53,6 +53,13 @@ def test_bad_tenant_config_is_a_clear_error(tenants, message):
         load_tenancy(tenants, env={})
 
 
+def test_an_admin_key_that_is_also_a_tenant_key_is_refused():
+    with pytest.raises(ConfigError, match="admin key is also an API key of tenant 'a'"):
+        load_tenancy({"a": {"api_keys": ["k"]}}, {"admin_keys": ["k"]}, env={})
+    with pytest.raises(ConfigError, match="admin key"):
+        load_tenancy({"a": {"api_keys": ["k"]}}, env={"CTXCACHE_ADMIN_KEY": "k"})
+
+
 def test_namespace_root_comes_from_the_server_secret_not_the_client(tmp_path):
     one = cache_with([tier_of("memory", tmp_path)], TWO, secret="one")
     two = cache_with([tier_of("memory", tmp_path)], TWO, secret="two")

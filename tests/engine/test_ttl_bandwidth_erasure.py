@@ -131,3 +131,51 @@ def test_clear_flushes_every_tier(tmp_path, pinned):
         assert cache.sweep() == 4
     assert len(cache.index) == 0
     cache.close()
+
+
+def _owners(client_nodes, prefix):
+    """Tenant of every block under ``prefix``, read from the stored headers (every cluster node)."""
+    from ctxcache.codec import read_header
+
+    out = []
+    for client in client_nodes:
+        for name in client.scan_iter(match=prefix + b"*"):
+            out.append(read_header(client.get(name)).tenant)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["single", "cluster"])
+def test_erasure_finds_redis_blocks_another_process_wrote(tmp_path, request, mode):
+    """The erasing cache never loaded these blocks: only a SCAN of the prefix and the headers find them."""
+    from ctxcache.tiers import RedisTier
+
+    if mode == "single":
+        servers = [request.getfixturevalue("redis_factory")()]
+        url, opts = servers[0].url, {}
+    else:
+        servers = request.getfixturevalue("redis_cluster")
+        url, opts = servers[0].url.rsplit("/", 1)[0], {"cluster": True}
+    prefix = f"shared{mode}{id(tmp_path)}:"
+
+    def cache():
+        t = RedisTier(1 << 20, url=url, prefix=prefix, timeout=0.5, **opts)
+        assert t.wait_ready()
+        return cache_with([t], {"a": {}, "b": {}})
+
+    writer = cache()
+    for i in range(3):
+        ask(writer, "a", prompt_of(i))
+        ask(writer, "b", prompt_of(i))
+    writer.flush()
+    writer.close()
+    clients = [s.client() for s in servers]
+    before = _owners(clients, prefix.encode())
+    assert before.count(b"a") == 12 and before.count(b"b") == 12
+
+    fresh = cache()
+    out = fresh.erase_tenant("a")
+    after = _owners(clients, prefix.encode())
+    assert b"a" not in after and after.count(b"b") == 12
+    assert out["verified"] and out["erased_blocks"] == 12 and out["found_in_storage"] == 12
+    assert ask(fresh, "a", prompt_of(0)) == 0 and ask(fresh, "b", prompt_of(0)) == 4 * BS
+    fresh.close()

@@ -41,6 +41,8 @@ def test_defaults_and_a_full_config_file(tmp_path):
         ({"server": {"auto_cache": "yes"}}, "auto_cache must be true or false"),
         ({"server": {"default_max_tokens": 5000}}, "exceeds max_tokens_limit"),
         ({"api_keys": {"k": ""}}, "api_keys"),
+        ({"api_keys": {"adm-key-1": "t"}, "admin": {"key": "adm-key-1"}}, "admin key is also an API key of"),
+        ({"api_keys": {"adm-key-1": "t"}, "observability": {"admin_key": "adm-key-1"}}, "admin key is also"),
         ({"cache": {"block_size": 0}}, "block_size"),
     ],
 )

@@ -14,29 +14,50 @@ from .test_observability import serve
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"\bctxcache_[a-z][a-z0-9_]*")
+ADMIN_HEADING = "## Per-tenant series (admin key only)"
 REDIS_ONLY = {"ctxcache_tier_reconnects_total", "ctxcache_tier_errors_total"}  # tiers without a backend lack them
 
 
-def served() -> set[str]:
-    """Series names a server with one memory tier serves after two requests (histograms with their
-    _bucket/_sum/_count, counters with _total)."""
-    with serve() as c:
-        for _ in range(2):  # the second is a hit: series labelled by serving tier appear
-            assert c.post("/v1/chat/completions", json=chat("hello " * 30)).status_code == 200
-        text = c.get("/metrics").text
+def _names(text: str) -> set[str]:
     return {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
-def test_docs_and_grafana_name_only_served_series_and_docs_cover_them_all():
-    have = {n for n in served() if not n.endswith("_created")} | REDIS_ONLY  # _created: client bookkeeping
+def served(monkeypatch) -> tuple[set[str], set[str]]:
+    """Series names a server with one memory tier serves after two requests (histograms with their
+    _bucket/_sum/_count, counters with _total): on the public /metrics, and on the admin-only
+    /v1/admin/metrics. No public sample may carry a tenant label."""
+    monkeypatch.setenv("CTXCACHE_ADMIN_KEY", "adm-docs-test")
+    with serve() as c:
+        for _ in range(2):  # the second is a hit: series labelled by serving tier appear
+            assert c.post("/v1/chat/completions", json=chat("hello " * 30)).status_code == 200
+        public = c.get("/metrics").text
+        admin = c.get("/v1/admin/metrics", headers={"Authorization": "Bearer adm-docs-test"}).text
+    labels = {k for fam in text_string_to_metric_families(public) for s in fam.samples for k in s.labels}
+    assert "tenant" not in labels, "the public /metrics carries a tenant label"
+    return _names(public), _names(admin)
+
+
+def _bases(names: set[str]) -> set[str]:
+    return {re.sub(r"_(bucket|sum|count)$", "", n) for n in names}  # a histogram by its name
+
+
+def test_docs_and_grafana_name_only_served_series_and_docs_cover_them_all(monkeypatch):
+    public, admin = served(monkeypatch)
+    public = {n for n in public if not n.endswith("_created")} | REDIS_ONLY  # _created: client bookkeeping
+    admin = {n for n in admin if not n.endswith("_created")}
+    assert admin and not admin & public, "per-tenant series must be served only on the admin route"
+    have = public | admin
     docs = (ROOT / "docs" / "metrics.md").read_text()
     dash = json.loads((ROOT / "grafana" / "ctxcache.json").read_text())
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
     assert len(exprs) >= 14 and all(p["datasource"]["uid"] == "${DS_PROMETHEUS}" for p in dash["panels"])
     documented = set(NAME.findall(docs))
     in_dash = {n for e in exprs for n in NAME.findall(e)}
-    assert in_dash - have == set(), "the Grafana dashboard queries series that /metrics does not serve"
-    bases = {re.sub(r"_(bucket|sum|count)$", "", n) for n in have}  # a histogram by its name
-    assert documented - have - bases == set(), "docs/metrics.md names series that /metrics does not serve"
-    undocumented = {n for n in bases if n not in documented}
+    assert in_dash - have == set(), "the Grafana dashboard queries series that no endpoint serves"
+    assert documented - have - _bases(have) == set(), "docs/metrics.md names series that no endpoint serves"
+    undocumented = {n for n in _bases(have) if n not in documented}
     assert undocumented == set(), "served but not in docs/metrics.md"
+    section = docs.split(ADMIN_HEADING, 1)[1].split("\n## ", 1)[0]
+    assert _bases(admin) <= set(NAME.findall(section)), f"admin-only series belong under {ADMIN_HEADING!r}"
+    elsewhere = set(NAME.findall(docs.replace(section, "")))
+    assert not _bases(admin) & elsewhere, "an admin-only series is documented as public"

@@ -118,3 +118,66 @@ def test_a_class_1_request_goes_before_queued_class_2_work():
         for t in [first, *later]:
             t.join(timeout=30)
         assert [o.split(":")[0] for o in lm.order] == ["a", "slo", "b"]
+
+
+def test_no_public_or_tenant_route_shows_another_tenant_and_admins_get_tenant_metrics():
+    """Item 7: /metrics, health, dashboard feed and /v1/models name or count no tenant; the
+    per-tenant series are at /v1/admin/metrics, behind the admin key."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    lm = FakeLM()
+    lm.cache = ContextCache.from_config(
+        {
+            "block_size": lm.block_size,
+            "tiers": [{"kind": "memory", "capacity": 1 << 20}],
+            "tenants": {"alice-co": {"api_keys": ["sk-alice"]}, "bob-co": {"api_keys": ["sk-bob"]}},
+            "tenancy": {"admin_keys": ["adm"]},
+        }
+    )
+    with serve(lm) as c:
+        cached(c, "sk-alice")
+        cached(c, "sk-bob")
+        cached(c, "sk-bob")
+        for path in ("/metrics", "/healthz", "/readyz", "/dashboard/data", "/dashboard", "/v1/models"):
+            for headers in ({}, key("sk-alice")):
+                body = c.get(path, headers=headers).text
+                assert "bob-co" not in body and "alice-co" not in body, path
+        public = c.get("/metrics").text
+        assert 'tenant="' not in public
+        assert 'ctxcache_served_requests_total{ab_group="a"} 3.0' in public
+        assert c.get("/v1/admin/metrics").status_code == 401
+        assert c.get("/v1/admin/metrics", headers=key("sk-alice")).status_code == 403
+        r = c.get("/v1/admin/metrics", headers=ADMIN)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    got = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(r.text)
+        for s in fam.samples
+    }
+    assert got[("ctxcache_tenant_requests_total", (("ab_group", "a"), ("tenant", "bob-co")))] == 2
+    assert got[("ctxcache_tenant_hit_tokens_total", (("ab_group", "a"), ("tenant", "bob-co")))] > 0
+    assert got[("ctxcache_tenant_tier_bytes", (("tenant", "alice-co"), ("tier", "memory")))] > 0
+
+
+def test_a_group_b_job_does_not_unseat_tenancy_and_erasure_reaches_group_b_cache():
+    """With A/B on, a group-b job swaps ``lm.cache`` for group b's own cache (no tenancy) while it
+    runs: keys must still be checked against the server's tenancy then, and an erasure must reach
+    group b's cache too."""
+    from ctxcache.observability.ab import ABConfig
+    from ctxcache.observability.service import ObsConfig
+
+    lm = tenant_lm()
+    alt = {"block_size": lm.block_size, "tiers": [{"kind": "memory", "capacity": 1 << 20}]}
+    obs = ObsConfig(log_every_s=3600, ab=ABConfig(fraction=1.0, cache=alt))  # every tenant in group b
+    with serve(lm, observability=obs) as c:
+        assert cached(c, "sk-a") == 0 and cached(c, "sk-a") > 0
+        group_b = c.app.state.obs.alt_caches["b"]
+        assert group_b.tenant_usage("a")["blocks"] > 0
+        main, lm.cache = lm.cache, group_b  # as during a group-b job on the model thread
+        try:
+            assert c.get("/v1/models").status_code == 401  # not the keyless "default" tenant
+            r = c.delete("/v1/admin/tenants/a/cache", headers=ADMIN)
+            assert r.status_code == 200 and r.json()["verified"], r.text
+        finally:
+            lm.cache = main
+        assert group_b.tenant_usage("a")["blocks"] == 0 and cached(c, "sk-a") == 0

@@ -5,7 +5,10 @@ One path for all three: under the lock, each block is dropped from every slot th
 cannot be overtaken) and leaves the index; pinned blocks (a request is reading them) are marked
 expired instead, so they are misses from now on and the sweeper takes them once released. Then,
 outside the lock, the mover's queue is drained and every persistent tier is asked again for each
-erased key: the erasure is ``verified`` only if none answers.
+erased key: the erasure is ``verified`` only if none answers. A tenant's erasure then searches
+each persistent tier's storage by block header (``Tier.stored_keys_of``: Redis SCAN plus a range
+read of each header) for blocks this index never held, written by another process or an earlier
+run, deletes them and searches again: verified only when a search finds none.
 """
 
 from __future__ import annotations
@@ -68,6 +71,51 @@ def _verify(e: Engine, keys: list[Hashable]) -> bool:
     return True
 
 
+def _drop_stored(e: Engine, tenant: str, found: dict[int, list[bytes]]) -> tuple[int, int]:
+    """Under the lock: blocks of ``tenant`` found in storage leave the index (if a lookup met them
+    meanwhile) and each tier where they lie, through the mover. Returns (queued, in use)."""
+    nodes = [n for keys in found.values() for k in keys if (n := e.index.get(k)) is not None and n.tag == tenant]
+    _, busy = _erase_nodes(e, nodes)
+    skip = {n.key for n in nodes if n.key in e.index}  # in use: marked expired, deleted on release
+    queued = 0
+    for t, keys in found.items():
+        slot = e.slots[t]
+        for key in keys:
+            if key in skip:
+                continue
+            if slot.holds(key) or key in slot.owners:
+                slot.drop(key)
+            e.placement._drop(t, key)
+            queued += 1
+    return queued, busy
+
+
+def _erase_stored(e: Engine, tenant: str, rounds: int = 3) -> tuple[int, bool]:
+    """Outside the lock: search each persistent tier's storage for the tenant's blocks by their
+    headers (blocks another process or an earlier run wrote, which this index never held), delete
+    them, and search again until none is left. Returns (blocks deleted, verified)."""
+    deleted = 0
+    for _ in range(rounds):
+        found: dict[int, list[bytes]] = {}
+        for t, slot in enumerate(e.slots):
+            if slot.persistent:
+                keys = slot.tier.stored_keys_of(tenant.encode())
+                if keys is None:  # unreachable: nothing can be claimed about it
+                    return deleted, False
+                if keys:
+                    found[t] = keys
+        if not found:
+            return deleted, True
+        with e.lock:
+            queued, busy = _drop_stored(e, tenant, found)
+            e.counters.erased += queued
+        deleted += queued
+        e.flush()
+        if busy:
+            return deleted, False
+    return deleted, False
+
+
 def erase_tenant(e: Engine, tenant: str) -> dict[str, Any]:
     with e.lock:
         nodes = [n for n in e.index if n.tag == tenant]
@@ -79,8 +127,14 @@ def erase_tenant(e: Engine, tenant: str) -> dict[str, Any]:
                 erased.append(key)
         e.counters.erased += len(erased)
     verified = _verify(e, erased) and busy == 0
-    out = {"tenant": tenant, "erased_blocks": len(erased), "in_use": busy, "verified": verified}
-    audit.info("erase tenant=%s blocks=%d in_use=%d verified=%s", tenant, len(erased), busy, verified)
+    stored, clean = _erase_stored(e, tenant)
+    verified = verified and clean
+    out = {"tenant": tenant, "erased_blocks": len(erased) + stored, "found_in_storage": stored, "in_use": busy,
+           "verified": verified}  # fmt: skip
+    audit.info(
+        "erase tenant=%s blocks=%d found_in_storage=%d in_use=%d verified=%s",
+        tenant, len(erased) + stored, stored, busy, verified,
+    )  # fmt: skip
     return out
 
 

@@ -58,9 +58,9 @@ def _check_pinned(e: Engine, tenant: str, sizes: list[int]) -> None:
     top = e.slots[0]
     pinned = sum(n for tn, n in top.by_tenant.items() if ty.priority(tn) == 0)
     if pinned + sum(sizes) > ty.max_pinned:
-        raise PinnedQuotaError(
-            f"tenant {tenant!r} is class 0 (pinned): {pinned} + {sum(sizes)} B would exceed the "
-            f"{ty.max_pinned} B cap on pinned bytes in tier {top.name!r}"
+        raise PinnedQuotaError(  # the tenant's own bytes only: the total would count other tenants'
+            f"tenant {tenant!r} is class 0 (pinned): storing {sum(sizes)} B more (it holds "
+            f"{top.tenant_used(tenant)} B) would pass the cap on pinned bytes in tier {top.name!r}"
         )
 
 

@@ -99,6 +99,9 @@ class Tenancy:
             for d in t.key_digests:
                 if self._by_key.setdefault(d, t.id) != t.id:
                     raise ConfigError(f"an API key is given to both {self._by_key[d]!r} and {t.id!r}")
+        for d in self.admin_digests:  # that tenant would open every admin route, others' data included
+            if d in self._by_key:
+                raise ConfigError(f"an admin key is also an API key of tenant {self._by_key[d]!r}")
 
     def get(self, tenant: str) -> Tenant:
         t = self.tenants.get(tenant)

@@ -2,8 +2,9 @@
 
 The cache owns its counters; this module only translates ``cache.stats()`` (and the observer's
 indicators) into metric families when Prometheus scrapes, so no counter has a second owner and
-an idle server does no metrics work. Request-level series (per tenant and A/B group, phase
-histograms) are owned by ``RequestMetrics`` and changed in one place, ``observe``.
+an idle server does no metrics work. Request-level series (by A/B group, phase histograms) are
+owned by ``RequestMetrics`` and changed in one place, ``observe``; their per-tenant breakdown is
+``TenantCollector``, which only the admin registry holds (the public /metrics names no tenant).
 """
 
 from __future__ import annotations
@@ -217,21 +218,18 @@ class RequestMetrics(Collector):
         return []
 
     def collect(self) -> Iterator[Metric]:
+        """The public series: request totals by A/B group only. A tenant label here would let any
+        scraper of /metrics read and count other tenants' traffic (see ``TenantCollector``)."""
         totals, by_tier = self.snapshot()
-        lab = ["tenant", "ab_group"]
-        fams = {
-            "requests": CounterMetricFamily("ctxcache_served_requests", "completed chat requests", labels=lab),
-            "prompt_tokens": CounterMetricFamily("ctxcache_tenant_prompt_tokens", "prompt tokens", labels=lab),
-            "hit_tokens": CounterMetricFamily("ctxcache_tenant_hit_tokens", "prompt tokens from the cache", labels=lab),
-            "saved_s": CounterMetricFamily(
-                "ctxcache_prefill_saved_seconds_estimated",
-                f"prefill seconds saved by cache hits (cost model {self.cost.name})",
-                labels=lab,
-            ),
-        }
-        for (tenant, group), tot in sorted(totals.items()):
+        groups: dict[str, TenantTotals] = {}
+        for (_, group), tot in totals.items():
+            g = groups.setdefault(group, TenantTotals())
+            for key in vars(g):
+                setattr(g, key, getattr(g, key) + getattr(tot, key))
+        fams = _families(_PUBLIC, ["ab_group"], self.cost.name)
+        for group, tot in sorted(groups.items()):
             for key, fam in fams.items():
-                fam.add_metric([tenant, group], float(getattr(tot, key)))
+                fam.add_metric([group], float(getattr(tot, key)))
         yield from fams.values()
         tiers = CounterMetricFamily(
             "ctxcache_request_hit_tokens_by_tier", "cached prompt tokens by the tier that served them", labels=["tier"]
@@ -239,3 +237,53 @@ class RequestMetrics(Collector):
         for tier, n in sorted(by_tier.items()):
             tiers.add_metric([tier], float(n))
         yield tiers
+
+
+# TenantTotals field -> (metric name without _total, help); public by A/B group, admin by tenant too
+_PUBLIC = {
+    "requests": ("ctxcache_served_requests", "completed chat requests"),
+    "prompt_tokens": ("ctxcache_ab_prompt_tokens", "prompt tokens"),
+    "hit_tokens": ("ctxcache_ab_hit_tokens", "prompt tokens from the cache"),
+    "saved_s": ("ctxcache_prefill_saved_seconds_estimated", "prefill seconds saved by cache hits"),
+}
+_TENANT = {
+    "requests": ("ctxcache_tenant_requests", "completed chat requests"),
+    "prompt_tokens": ("ctxcache_tenant_prompt_tokens", "prompt tokens"),
+    "hit_tokens": ("ctxcache_tenant_hit_tokens", "prompt tokens from the cache"),
+    "saved_s": ("ctxcache_tenant_prefill_saved_seconds_estimated", "prefill seconds saved by cache hits"),
+}
+
+
+def _families(spec: Mapping[str, tuple[str, str]], labels: list[str], cost: str) -> dict[str, CounterMetricFamily]:
+    return {
+        key: CounterMetricFamily(name, doc + (f" (cost model {cost})" if key == "saved_s" else ""), labels=labels)
+        for key, (name, doc) in spec.items()
+    }
+
+
+class TenantCollector(Collector):
+    """Per-tenant series, for the admin registry only (``GET /v1/admin/metrics``): request totals
+    by tenant and A/B group, and the bytes each tenant holds in each tier."""
+
+    def __init__(self, requests: RequestMetrics, stats: Callable[[], dict[str, Any]]) -> None:
+        self.requests, self.stats = requests, stats
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        totals, _ = self.requests.snapshot()
+        fams = _families(_TENANT, ["tenant", "ab_group"], self.requests.cost.name)
+        for (tenant, group), tot in sorted(totals.items()):
+            for key, fam in fams.items():
+                fam.add_metric([tenant, group], float(getattr(tot, key)))
+        yield from fams.values()
+        held = GaugeMetricFamily(
+            "ctxcache_tenant_tier_bytes", "bytes a tenant holds in a tier", labels=["tenant", "tier"]
+        )
+        tiers = self.stats().get("tiers")
+        for tier, ts in sorted(tiers.items() if isinstance(tiers, Mapping) else []):
+            by_tenant = ts.get("tenants") if isinstance(ts, Mapping) else None
+            for tenant, n in sorted(by_tenant.items() if isinstance(by_tenant, Mapping) else []):
+                held.add_metric([str(tenant) or "(unknown)", tier], _num(n))
+        yield held

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 from ..errors import ConfigError
 from ..sim.costmodel import get_cost_model
 from .ab import ABConfig, _pct, group_of
-from .exporter import CacheCollector, RequestMetrics, evictions_by_reason
+from .exporter import CacheCollector, RequestMetrics, TenantCollector, evictions_by_reason
 from .hooks import attach
 from .logging import emit
 from .observer import CacheObserver
@@ -106,6 +106,11 @@ class Observability:
         self.requests = RequestMetrics(
             registry if self.cfg.enabled else CollectorRegistry(), get_cost_model(self.cfg.cost_model)
         )
+        # Per-tenant series live apart from ``registry`` (the public /metrics): only the admin
+        # route renders them, so no tenant can read or count another's traffic.
+        self.admin_registry = CollectorRegistry()
+        if self.cfg.enabled:
+            self.admin_registry.register(TenantCollector(self.requests, self.stats))
         self.tracing = Tracing(self.cfg.trace_exporter if self.cfg.enabled else "none")
         self.recent: deque[dict[str, Any]] = deque(maxlen=5000)
         self.history: deque[dict[str, Any]] = deque(maxlen=self.cfg.history_points)

@@ -92,6 +92,10 @@ class ServerConfig:
                 raise ConfigError(f"api_keys must map non-empty key strings to tenant ids, got {key!r} = {tenant!r}")
         if len(set(self.api_keys)) != len(self.api_keys):
             raise ConfigError("api_keys has duplicate keys")
+        admin = {os.environ.get("CTXCACHE_ADMIN_KEY"), self.admin.get("key"), self.observability.admin_key}
+        shared = sorted({self.api_keys[k] for k in admin & set(self.api_keys) if isinstance(k, str)})
+        if shared:  # that tenant would open the admin routes and the dashboard's tenant table
+            raise ConfigError(f"an admin key is also an API key of tenant(s) {shared} in [api_keys]")
         cc = dict(self.cache_config)
         cc.setdefault("block_size", DEFAULT_BLOCK_SIZE)
         cc.setdefault("tiers", [dict(t) for t in DEFAULT_TIERS])

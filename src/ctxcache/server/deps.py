@@ -64,12 +64,19 @@ def given_key(request: Request) -> str:
     return auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
 
 
+def main_cache(request: Request) -> Any:
+    """The server's own cache. Not ``lm.cache``: while a job of A/B group b runs, the model thread
+    swaps that for group b's cache (``Observability.cache_for``), which holds no tenancy, so keys
+    read from it mid-job would authenticate nobody's tenants (or everybody as the default one)."""
+    return request.app.state.obs.cache
+
+
 def check_cache_salt(state: Any, tenant: str, salt: str | None) -> str | None:
     """A request's ``cache_salt``, validated (400 naming the field), or None."""
     if salt is None:
         return None
     try:
-        state.lm.cache.namespace(tenant, salt)
+        state.obs.cache.namespace(tenant, salt)
     except InvalidSaltError as exc:
         raise APIError(400, str(exc), param="cache_salt") from None
     return salt
@@ -79,7 +86,7 @@ def tenant_for(request: Request) -> str:
     """The tenant of a request's API key (``Authorization: Bearer`` or ``x-api-key``): configured
     tenants' keys (compared as SHA-256 digests) first, then the ``[api_keys]`` table."""
     keys: dict[str, str] = request.app.state.ctx.cfg.api_keys
-    tenancy = request.app.state.ctx.lm.cache.tenancy
+    tenancy = main_cache(request).tenancy
     if not keys and tenancy is None:
         return DEFAULT_TENANT
     given = given_key(request)

@@ -1,4 +1,4 @@
-"""Admin routes: erase a tenant's cache, flush everything, read a tenant's usage.
+"""Admin routes: erase a tenant's cache, flush everything, read a tenant's usage and per-tenant metrics.
 
 Only the admin key opens them (``[cache.tenancy] admin_keys``, or the ``CTXCACHE_ADMIN_KEY``
 environment variable): no tenant key can read, count or erase anything here, its own data
@@ -14,15 +14,18 @@ import os
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+from prometheus_client import generate_latest
 
 from ..engine.tenancy import key_digest
-from .deps import APIError, given_key
+from .deps import APIError, given_key, main_cache
+from .metrics import CONTENT_TYPE
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
 
 def require_admin(request: Request) -> None:
-    tenancy = request.app.state.ctx.lm.cache.tenancy
+    tenancy = main_cache(request).tenancy
     env = os.environ.get("CTXCACHE_ADMIN_KEY")
     digests = set(tenancy.admin_digests if tenancy is not None else ()) | ({key_digest(env)} if env else set())
     if not digests:
@@ -36,11 +39,26 @@ def require_admin(request: Request) -> None:
 
 
 def _known(request: Request, tenant: str) -> None:
-    tenancy = request.app.state.ctx.lm.cache.tenancy
+    tenancy = main_cache(request).tenancy
     if tenancy is not None and tenant not in tenancy.tenants:
         raise APIError(404, f"unknown tenant {tenant!r}")
     if len(tenant) > 64:
         raise APIError(400, "tenant ids are at most 64 characters")
+
+
+def _caches(request: Request) -> list[Any]:
+    """The main cache and every A/B group's own cache: a tenant's blocks may be in any."""
+    return [main_cache(request), *request.app.state.obs.alt_caches.values()]
+
+
+def _merged(results: list[Any]) -> dict[str, Any]:
+    out = dict(results[0])
+    for r in results[1:]:
+        for k in ("erased_blocks", "found_in_storage", "in_use"):
+            if k in out:
+                out[k] += r.get(k, 0)
+        out["verified"] = out["verified"] and r["verified"]
+    return out
 
 
 @router.delete("/tenants/{tenant}/cache", dependencies=[Depends(require_admin)])
@@ -49,7 +67,7 @@ async def erase_tenant(tenant: str, request: Request) -> dict[str, Any]:
     _known(request, tenant)
     state = request.app.state.ctx
     state.pins.clear_tenant(tenant)  # cache_control pins would keep its blocks in use
-    return dict(await asyncio.to_thread(state.lm.cache.erase_tenant, tenant))
+    return _merged([await asyncio.to_thread(c.erase_tenant, tenant) for c in _caches(request)])
 
 
 @router.post("/cache/flush", dependencies=[Depends(require_admin)])
@@ -57,11 +75,17 @@ async def flush(request: Request) -> dict[str, Any]:
     """Erase every tenant's blocks from every tier (vLLM's reset_prefix_cache, SGLang's flush_cache)."""
     state = request.app.state.ctx
     state.pins.clear()
-    return dict(await asyncio.to_thread(state.lm.cache.clear))
+    return _merged([await asyncio.to_thread(c.clear) for c in _caches(request)])
 
 
 @router.get("/tenants/{tenant}/usage", dependencies=[Depends(require_admin)])
 async def usage(tenant: str, request: Request) -> dict[str, Any]:
     """Bytes and quota per tier, blocks, lookups and hit tokens of one tenant."""
     _known(request, tenant)
-    return dict(request.app.state.ctx.lm.cache.tenant_usage(tenant))
+    return dict(main_cache(request).tenant_usage(tenant))
+
+
+@router.get("/metrics", dependencies=[Depends(require_admin)], response_class=Response)
+async def tenant_metrics(request: Request) -> Response:
+    """Per-tenant series in Prometheus text format (the public /metrics carries no tenant label)."""
+    return Response(generate_latest(request.app.state.obs.admin_registry), media_type=CONTENT_TYPE)

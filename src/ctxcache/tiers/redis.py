@@ -25,7 +25,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..codec import Block
+from ..codec import Block, header_length, read_header
 from ..errors import ConfigError, CorruptBlockError, MissingDependencyError, TierUnavailableError
 from ..units import parse_duration
 from .base import key_bytes
@@ -46,6 +46,9 @@ try:
     _DOWN: tuple[type[BaseException], ...] = (_ConnErr, _TimeoutErr, ClusterError, RedisClusterException, OSError)
 except ImportError:  # reported when a redis tier is configured; the rest of ctxcache runs without it
     _redis, _DOWN = None, (OSError,)
+
+SCAN_BATCH = 256  # keys whose headers are read in one pipeline
+HEAD_GUESS = 4096  # bytes read first from each blob: the whole header of typical blocks
 
 
 class RedisTier(BlobTier):
@@ -140,12 +143,67 @@ class RedisTier(BlobTier):
     def _rebuild_filter(self) -> None:
         if self.filter is None or not self._healthy:
             return
-        pattern = re.sub(rb"([*?\[\]\\])", rb"\\\1", self.prefix) + b"*"
+        pattern = self._pattern()
         n = len(self.prefix)
         try:
             self.filter.rebuild((k[n:] for k in self._client.scan_iter(match=pattern, count=1000)), len(self._sizes))
         except Exception as exc:  # noqa: BLE001
             self._fail(exc)
+
+    def _pattern(self) -> bytes:
+        return re.sub(rb"([*?\[\]\\])", rb"\\\1", self.prefix) + b"*"
+
+    def stored_keys_of(self, tenant: bytes) -> list[bytes] | None:
+        """SCAN the prefix (every primary of a cluster) and read each block's header with GETRANGE,
+        never its payload: the keys whose verified header names ``tenant``. Values that are not
+        intact blocks are skipped (nothing in them can be attributed). None if Redis is down."""
+        if not self._healthy:
+            return None
+        found: list[bytes] = []
+        batch: list[bytes] = []
+        try:
+            for name in self._client.scan_iter(match=self._pattern(), count=1000):
+                batch.append(name)
+                if len(batch) >= SCAN_BATCH:
+                    found += self._owned_by(batch, tenant)
+                    batch = []
+            found += self._owned_by(batch, tenant)
+        except TierUnavailableError:
+            return None
+        except Exception as exc:  # noqa: BLE001 - redis-py and socket errors alike
+            self._fail(exc)
+            return None
+        return found
+
+    def _owned_by(self, names: list[bytes], tenant: bytes) -> list[bytes]:
+        heads = self._pipeline(("getrange", (nm, 0, HEAD_GUESS - 1), {}) for nm in names)
+        if heads is None:
+            raise TierUnavailableError(f"redis tier {self.name!r}: unreachable during a scan")
+        longer: dict[int, int] = {}
+        for i, head in enumerate(heads):
+            try:
+                if isinstance(head, bytes) and header_length(head) > len(head):
+                    longer[i] = header_length(head)
+            except CorruptBlockError:
+                heads[i] = None
+        if longer:  # headers past the first read (many arrays per block): one more range read each
+            more = self._pipeline(("getrange", (names[i], 0, n - 1), {}) for i, n in longer.items())
+            if more is None:
+                raise TierUnavailableError(f"redis tier {self.name!r}: unreachable during a scan")
+            for i, head in zip(longer, more):
+                heads[i] = head
+        out = []
+        n = len(self.prefix)
+        for name, head in zip(names, heads):
+            if not isinstance(head, bytes) or not head:
+                continue  # gone since the SCAN, or not a block
+            try:
+                h = read_header(head)
+            except CorruptBlockError:
+                continue
+            if h.tenant == tenant and h.key == name[n:]:
+                out.append(name[n:])
+        return out
 
     def wait_ready(self, timeout: float = 5.0) -> bool:
         """Block until the tier is healthy and its Bloom filter built (tests, benchmarks)."""
