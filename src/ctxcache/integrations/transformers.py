@@ -65,10 +65,17 @@ class Prefill:
 
 
 def sample_token(logits: Any, temperature: float, top_p: float, generator: Any = None) -> int:
-    """Greedy when temperature is 0, else temperature + nucleus (top-p) sampling."""
+    """Greedy when temperature is 0, else temperature + nucleus (top-p) sampling.
+
+    A tiny positive temperature (1e-300, 5e-324) scales the logits past float32 into inf, and the
+    softmax into nan; its limit is greedy decoding, so that is what it gets.
+    """
     if temperature <= 0.0:
         return int(torch.argmax(logits))
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    scaled = logits.float() / temperature
+    if not bool(torch.isfinite(scaled.max())):  # -inf entries (masked tokens) alone are fine
+        return int(torch.argmax(logits))
+    probs = torch.softmax(scaled, dim=-1)
     if top_p >= 1.0:
         return int(torch.multinomial(probs, 1, generator=generator))
     sp, si = torch.sort(probs, descending=True)

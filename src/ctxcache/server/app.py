@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .. import __version__
 from .config import ServerConfig
 from .deps import APIError, describe_validation, error_response, tenant_for
+from .guards import RequestGuard
 from .jobs import ServerState
 from .metrics import CONTENT_TYPE, Metrics
 from .routes_anthropic import router as anthropic_router
@@ -84,15 +85,21 @@ def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str |
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
             await state.worker.stop()
+            for lane in (state.tokenizer, state.tokenizer_large):
+                lane.shutdown(wait=False, cancel_futures=True)
             state.pins.clear()
 
-    app = FastAPI(title="ctxcache", version=__version__, description=_DESCRIPTION, lifespan=lifespan)
+    # No slash redirects: RequestGuard serves "/v1/x/" as "/v1/x" (a 307 to a POST is an empty reply).
+    app = FastAPI(
+        title="ctxcache", version=__version__, description=_DESCRIPTION, lifespan=lifespan, redirect_slashes=False
+    )
     app.state.ctx = state
     app.add_middleware(_Stamp, metrics=state.metrics)
+    app.add_middleware(RequestGuard, max_body_bytes=int(cfg.max_body_bytes))  # outermost
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return error_response(request, exc.status, exc.message, param=exc.param, headers=exc.headers)
+        return error_response(request, exc.status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import errno
+import signal
 import socket
 import time
 from pathlib import Path
+from types import FrameType
 
 import typer
 from rich.console import Console
@@ -97,7 +99,15 @@ def serve(model: Path | None, host: str, port: int, config: Path | None) -> None
         f'"messages": [{{"role": "user", "content": "Hello!"}}]}}\'',
         highlight=False,
     )
+    # uvicorn catches SIGTERM, shuts down, then re-raises it with the handler that was there before:
+    # Python's default one kills the process before the `finally` below could save the cache.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
     finally:
-        cache.close()  # flushes queued writes of slow tiers, if any are configured
+        err.print(f"saving the cache ({cache.stats()['blocks']} blocks) ...", highlight=False)
+        cache.close()  # RAM blocks go down to the disk tier, so a restart finds them
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)  # a requested stop is a clean exit, after the cache is saved

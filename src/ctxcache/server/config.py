@@ -10,6 +10,7 @@ cache = true              # false: no lookups, no stores (a baseline)
 auto_cache = true         # cache full blocks of prompts without cache_control breakpoints
 cache_generated = true    # with auto_cache, also cache the reply's full blocks for the next turn
 max_pinned_fraction = 0.5 # cache_control pins may hold at most this share of the first tier
+max_body_bytes = "2MiB"   # larger request bodies get 413 before they are parsed
 
 [cache]                   # ContextCache config, see docs/configuration.md
 block_size = 32
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..config import load_config
+from ..config import load_config, parse_size
 from ..errors import ConfigError
 
 # Measured with benchmarks/bench_ttft.py (multi-turn chat, 1-3k token histories): see docs/serving.md.
@@ -51,6 +52,7 @@ class ServerConfig:
     auto_cache: bool = True
     cache_generated: bool = True
     max_pinned_fraction: float = 0.5
+    max_body_bytes: int | str = 2 << 20
     api_keys: dict[str, str] = field(default_factory=dict)
     cache_config: dict[str, Any] = field(default_factory=dict)
 
@@ -68,6 +70,12 @@ class ServerConfig:
                 raise ConfigError(f"server.{name} must be true or false, got {getattr(self, name)!r}")
         if not 0.0 <= self.max_pinned_fraction <= 1.0:
             raise ConfigError(f"server.max_pinned_fraction must be in [0, 1], got {self.max_pinned_fraction!r}")
+        try:
+            self.max_body_bytes = parse_size(self.max_body_bytes)
+        except (ConfigError, TypeError, ValueError) as exc:
+            raise ConfigError(f"server.max_body_bytes: {exc}") from None
+        if self.max_body_bytes < 1024:
+            raise ConfigError(f"server.max_body_bytes must be at least 1KiB, got {self.max_body_bytes}")
         for key, tenant in self.api_keys.items():
             if not isinstance(key, str) or not key or not isinstance(tenant, str) or not tenant:
                 raise ConfigError(f"api_keys must map non-empty key strings to tenant ids, got {key!r} = {tenant!r}")

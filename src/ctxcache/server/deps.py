@@ -11,31 +11,55 @@ from fastapi.responses import JSONResponse
 
 from .config import DEFAULT_TENANT
 
-_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    503: "overloaded_error",
+# status -> (OpenAI type, OpenAI code, Anthropic type): one table for both APIs' vocabularies.
+_KINDS: dict[int, tuple[str, str | None, str]] = {
+    400: ("invalid_request_error", None, "invalid_request_error"),
+    401: ("invalid_request_error", "invalid_api_key", "authentication_error"),
+    403: ("invalid_request_error", None, "permission_error"),
+    404: ("invalid_request_error", None, "not_found_error"),
+    405: ("invalid_request_error", None, "invalid_request_error"),
+    413: ("invalid_request_error", "request_too_large", "request_too_large"),
+    422: ("invalid_request_error", None, "invalid_request_error"),
+    429: ("requests", "rate_limit_exceeded", "rate_limit_error"),
+    500: ("server_error", None, "api_error"),
+    503: ("server_error", "overloaded", "overloaded_error"),
 }
 
 
 class APIError(Exception):
-    def __init__(self, status: int, message: str, *, param: str | None = None, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
-        self.status, self.message, self.param, self.headers = status, message, param, headers
+        self.status, self.message, self.param, self.code, self.headers = status, message, param, code, headers
+
+
+def is_anthropic(path: str) -> bool:
+    return path.startswith("/v1/messages")
+
+
+def error_body(path: str, status: int, message: str, *, param: str | None = None, code: str | None = None) -> Any:
+    """OpenAI's ``{"error": {...}}`` everywhere, except Anthropic's ``{"type": "error", ...}`` on /v1/messages."""
+    oa_type, oa_code, an_type = _KINDS.get(status, _KINDS[400] if status < 500 else _KINDS[500])
+    if is_anthropic(path):
+        return {"type": "error", "error": {"type": an_type, "message": message}}
+    return {"error": {"message": message, "type": oa_type, "param": param, "code": code or oa_code}}
+
+
+def internal_message(request_id: str | None) -> str:
+    """What a client sees of a server fault: no exception types or messages (they go to the log)."""
+    rid = f" (request id {request_id})" if request_id else ""
+    return f"internal error{rid}; the details are in the server log"
 
 
 def error_response(request: Request, status: int, message: str, **kw: Any) -> JSONResponse:
-    """OpenAI's ``{"error": {...}}`` everywhere, except Anthropic's ``{"type": "error", ...}`` on /v1/messages."""
-    kind = _TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
-    if request.url.path.startswith("/v1/messages"):
-        body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
-    else:
-        body = {"error": {"message": message, "type": kind, "param": kw.get("param"), "code": None}}
+    body = error_body(request.url.path, status, message, param=kw.get("param"), code=kw.get("code"))
     return JSONResponse(body, status_code=status, headers=kw.get("headers"))
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from ..integrations.transformers import CachedLM
 
 Messages = list[dict[str, str]]
+LARGE_PROMPT_CHARS = 32_768  # prompts past this many characters are tokenized in the slow lane
 
 
 @dataclass
@@ -37,6 +40,11 @@ class ChatJob:
     arrived: float  # time.perf_counter() when the HTTP request came in
     breakpoints: list[Breakpoint] = field(default_factory=list)
     clamp_max_tokens: bool = False  # max_tokens was not given: fit the default into the context
+    request_id: str | None = None
+    # Set by tokenize(), on the tokenizer thread: the prompt's ids and its breakpoints' positions.
+    ids: list[int] = field(default_factory=list)
+    marks: list[tuple[int, str]] = field(default_factory=list)
+    tokenize_s: float = 0.0
 
 
 @dataclass
@@ -72,6 +80,10 @@ class ServerState:
         self.created = int(time.time())
         self.max_context = min(cfg.max_context, lm.max_context)
         self.worker = ModelWorker(cfg.max_queue)
+        # Prompts are tokenized off the model thread, so an over-long one is refused without making
+        # every other tenant wait; large prompts take their own lane, so small ones never queue behind them.
+        self.tokenizer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxcache-tokenize")
+        self.tokenizer_large = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxcache-tokenize-large")
         cache = lm.cache
         self.pins = PinManager(cache, int(cfg.max_pinned_fraction * cache.tiers[0].capacity))
         self.metrics = Metrics(cache.stats, lambda: self.worker.depth)
@@ -112,34 +124,43 @@ def _created_by_ttl(usage: Usage, marks: list[tuple[int, str]]) -> dict[str, int
     return out
 
 
+def tokenize(state: ServerState, job: ChatJob) -> None:
+    """Fill in ``job.ids`` and ``job.marks``; an over-long prompt is a 400 here (runs on the tokenizer thread)."""
+    from .deps import APIError
+
+    lm = state.lm
+    t0 = time.perf_counter()
+    ids = lm.encode(job.messages)
+    if job.clamp_max_tokens and len(ids) < state.max_context:
+        job.params = replace(job.params, max_new_tokens=min(job.params.max_new_tokens, state.max_context - len(ids)))
+    want = len(ids) + job.params.max_new_tokens
+    if want > state.max_context:
+        raise APIError(
+            400,
+            f"this model's context limit is {state.max_context} tokens, but the request needs {want} "
+            f"({len(ids)} in the prompt + {job.params.max_new_tokens} max tokens): shorten the prompt or "
+            "lower max_tokens",
+            param="messages",
+            code="context_length_exceeded",
+        )
+    job.marks = sorted(
+        (common_prefix(ids, lm.encode(bp.prefix, add_generation_prompt=False)), bp.ttl) for bp in job.breakpoints
+    )
+    job.ids = ids
+    job.tokenize_s = time.perf_counter() - t0
+
+
 def chat_job(state: ServerState, job: ChatJob) -> Callable[[JobContext], None]:
     """The work of one chat request, run on the model thread; results come back as events."""
 
     def run(ctx: JobContext) -> None:
         lm, cfg = state.lm, state.cfg
         state.pins.sweep()
-        t0 = time.perf_counter()
-        ids = lm.encode(job.messages)
-        params = job.params
-        if job.clamp_max_tokens and len(ids) < state.max_context:
-            params = replace(params, max_new_tokens=min(params.max_new_tokens, state.max_context - len(ids)))
-        want = len(ids) + params.max_new_tokens
-        if want > state.max_context:
-            ctx.emit(
-                "error",
-                (400, f"this model's context limit is {state.max_context} tokens, but the request needs {want} "
-                      f"({len(ids)} in the prompt + {params.max_new_tokens} max tokens): shorten the prompt or "
-                      "lower max_tokens"),
-            )  # fmt: skip
-            return
-        marks = sorted(
-            (common_prefix(ids, lm.encode(bp.prefix, add_generation_prompt=False)), bp.ttl) for bp in job.breakpoints
-        )
+        ids, params, marks = job.ids, job.params, job.marks
         if marks:
             store_upto: int | None = marks[-1][0]  # explicit breakpoints: cache exactly what they mark
         else:
             store_upto = None if cfg.auto_cache else 0
-        tokenize_s = time.perf_counter() - t0
         ctx.emit("prompt", len(ids))
         stream = lm.stream_tokens(
             ids,
@@ -162,18 +183,21 @@ def chat_job(state: ServerState, job: ChatJob) -> Callable[[JobContext], None]:
                 pinned = max(pinned, state.pins.keep(ids[:pos], job.tenant, ttl_s[ttl]))
         ttft = stream.first_token_at - job.arrived if stream.first_token_at is not None else None
         created = _created_by_ttl(gen.usage, marks) if cfg.cache else {"5m": 0, "1h": 0}
-        ctx.emit("done", Outcome(gen, ttft, ctx.queued_s, tokenize_s, created, pinned))
+        ctx.emit("done", Outcome(gen, ttft, ctx.queued_s, job.tokenize_s, created, pinned))
 
     return run
 
 
 async def start(state: ServerState, job: ChatJob) -> Job:
-    """Queue a chat job and wait until its prompt is tokenized and checked (errors become 4xx)."""
+    """Tokenize and check a chat job off the model thread, queue it, and wait until it starts."""
     from .deps import APIError
     from .worker import QueueFullError
 
+    size = sum(len(m["content"]) for m in job.messages)
+    lane = state.tokenizer_large if size > LARGE_PROMPT_CHARS else state.tokenizer
+    await asyncio.get_running_loop().run_in_executor(lane, tokenize, state, job)
     try:
-        handle = state.worker.submit(chat_job(state, job))
+        handle = state.worker.submit(chat_job(state, job), job.request_id)
     except QueueFullError as exc:
         raise APIError(429, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
     first = await handle.next()

@@ -89,6 +89,7 @@ async def messages(
     """Create a message (``stream: true`` for server-sent events)."""
     state: ServerState = request.app.state.ctx
     arrived = getattr(request.state, "arrived", time.perf_counter())
+    rid = getattr(request.state, "request_id", None)
     state.check_model(body.model)
     state.check_max_tokens(body.max_tokens, "max_tokens")
     stops = tuple(body.stop_sequences or ())
@@ -96,7 +97,7 @@ async def messages(
         raise APIError(400, "stop_sequences: stop sequences must be non-empty strings")
     msgs, marks = to_messages(body)
     params = SamplingParams(body.max_tokens, body.temperature, body.top_p or 1.0, stops, None)
-    handle = await start(state, ChatJob(msgs, params, tenant, arrived, marks))
+    handle = await start(state, ChatJob(msgs, params, tenant, arrived, marks, request_id=rid))
     mid = f"msg_{uuid.uuid4().hex}"
     if body.stream:
         return StreamingResponse(

@@ -75,9 +75,10 @@ async def chat_completions(
     """Create a chat completion (``stream: true`` for server-sent events)."""
     state: ServerState = request.app.state.ctx
     arrived = getattr(request.state, "arrived", time.perf_counter())
+    rid = getattr(request.state, "request_id", None)
     state.check_model(body.model)
     params, clamp = _params(state, body)
-    job = ChatJob(to_messages(body), params, tenant, arrived, clamp_max_tokens=clamp)
+    job = ChatJob(to_messages(body), params, tenant, arrived, clamp_max_tokens=clamp, request_id=rid)
     handle = await start(state, job)
     rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if body.stream:

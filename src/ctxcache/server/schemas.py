@@ -1,18 +1,53 @@
 """Request and response bodies: the subset of the OpenAI and Anthropic APIs this server implements.
 
 Unknown request fields are ignored (the official clients send optional fields we do not use);
-known fields are validated, and a bad value is a 400 that names the field.
+known fields are validated strictly against the published schema, and a bad value is a 400 that
+names the field.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# torch.Generator.manual_seed takes exactly this range; OpenAI's seed is an int64.
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+StopText = Annotated[str, Field(min_length=1)]
 
 
 class _Req(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # strict: what /openapi.json says is what is accepted ("4" is not an integer, 1 is not a bool).
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+def _find_surrogate(value: Any, where: str) -> str | None:
+    """The path of the first string holding a lone surrogate (valid JSON, but not Unicode text)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where or "body"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        hit = _find_surrogate(k, where) if isinstance(k, str) else None
+        hit = hit or _find_surrogate(v, f"{where}.{k}" if where else str(k))
+        if hit:
+            return hit
+    return None
+
+
+class _TopReq(_Req):
+    @model_validator(mode="before")
+    @classmethod
+    def _unicode_only(cls, data: Any) -> Any:
+        where = _find_surrogate(data, "")
+        if where is not None:
+            raise ValueError(
+                f"{where} holds a lone UTF-16 surrogate (such as \\ud800), which is not valid Unicode text"
+            )
+        return data
 
 
 # --- OpenAI: POST /v1/chat/completions ---------------------------------------------------------------
@@ -31,15 +66,17 @@ class StreamOptions(_Req):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(_Req):
+class ChatCompletionRequest(_TopReq):
     model: str = Field(min_length=1)
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    stop: str | list[str] | None = Field(None, description="up to 4 stop strings")
-    seed: int | None = None
+    stop: StopText | Annotated[list[StopText], Field(max_length=4)] | None = Field(
+        None, description="up to 4 stop strings"
+    )
+    seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1, le=1, description="only 1 is supported")
@@ -93,15 +130,15 @@ class TextBlock(_Req):
 
 class AnthropicMessage(_Req):
     role: Literal["user", "assistant"]
-    content: str | list[TextBlock] = Field(min_length=1)
+    content: Annotated[str, Field(min_length=1)] | Annotated[list[TextBlock], Field(min_length=1)]
 
 
-class MessagesRequest(_Req):
+class MessagesRequest(_TopReq):
     model: str = Field(min_length=1)
     max_tokens: int = Field(ge=1)
     messages: list[AnthropicMessage] = Field(min_length=1)
     system: str | list[TextBlock] | None = None
-    stop_sequences: list[str] | None = None
+    stop_sequences: list[StopText] | None = None
     temperature: float = Field(1.0, ge=0.0, le=1.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     top_k: int | None = Field(None, ge=1, description="accepted and ignored")
