@@ -113,7 +113,8 @@ class GenerationStream:
         lm, p, prompt = self.lm, self.params, self.prompt
         should_stop: Callable[[], bool] = self.kw.get("should_stop") or (lambda: False)
         t0 = time.perf_counter()
-        gen = torch.Generator().manual_seed(p.seed) if p.seed is not None else None
+        # manual_seed takes 64 bits; API seeds are any integer (OpenAI's clients send up to int64 and beyond).
+        gen = torch.Generator().manual_seed(p.seed % 2**64) if p.seed is not None else None
         first: list[int] = []
 
         def sample_first(logits: Any) -> None:

@@ -22,6 +22,7 @@ from .deps import APIError, describe_validation, error_response, tenant_for
 from .guards import RequestGuard
 from .jobs import ServerState
 from .metrics import CONTENT_TYPE, Metrics
+from .openapi import publish_limits
 from .routes_anthropic import router as anthropic_router
 from .routes_openai import router as openai_router
 from .schemas import ModelCard, ModelList
@@ -114,6 +115,7 @@ def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str |
 
     app.include_router(openai_router)
     app.include_router(anthropic_router)
+    publish_limits(app, state.max_tokens_limit, [state.model_id])
 
     @app.get("/v1/models", response_model=ModelList, tags=["models"])
     async def list_models(tenant: str = Depends(tenant_for)) -> ModelList:

@@ -88,10 +88,14 @@ class ServerState:
         self.pins = PinManager(cache, int(cfg.max_pinned_fraction * cache.tiers[0].capacity))
         self.metrics = Metrics(cache.stats, lambda: self.worker.depth)
 
+    @property
+    def max_tokens_limit(self) -> int:
+        return min(self.cfg.max_tokens_limit, self.max_context - 1)
+
     def check_max_tokens(self, max_tokens: int, field_name: str) -> None:
         from .deps import APIError
 
-        limit = min(self.cfg.max_tokens_limit, self.max_context - 1)
+        limit = self.max_tokens_limit
         if not 1 <= max_tokens <= limit:
             raise APIError(400, f"{field_name} must be between 1 and {limit}, got {max_tokens}", param=field_name)
 

@@ -31,6 +31,13 @@ from .worker import Job
 router = APIRouter(tags=["Anthropic"])
 MAX_BREAKPOINTS = 4
 _ERRORS: dict[int | str, dict[str, Any]] = {
+    200: {
+        "content": {
+            "text/event-stream": {
+                "schema": {"description": "message_start, content_block_*, ping, message_delta, message_stop events"}
+            }
+        }
+    },
     400: {"description": "invalid request (the message names the field)"},
     401: {"description": "missing or invalid API key"},
     404: {"description": "unknown model"},

@@ -24,6 +24,7 @@ from .worker import Job
 
 router = APIRouter(tags=["OpenAI"])
 _ERRORS: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {"schema": {"description": "chat.completion.chunk objects, then [DONE]"}}}},
     400: {"description": "invalid request (the message names the field)"},
     401: {"description": "missing or invalid API key"},
     404: {"description": "unknown model"},
@@ -40,10 +41,10 @@ def to_messages(body: ChatCompletionRequest) -> Messages:
 
 
 def _params(state: ServerState, body: ChatCompletionRequest) -> tuple[SamplingParams, bool]:
+    for name in ("max_tokens", "max_completion_tokens"):  # both are checked, the newer one wins
+        if (value := getattr(body, name)) is not None:
+            state.check_max_tokens(value, name)
     given = body.max_completion_tokens or body.max_tokens
-    name = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
-    if given is not None:
-        state.check_max_tokens(given, name)
     stops = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
     if len(stops) > 4:
         raise APIError(400, f"stop: at most 4 sequences are allowed, got {len(stops)}", param="stop")

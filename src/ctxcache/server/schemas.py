@@ -9,11 +9,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-# torch.Generator.manual_seed takes exactly this range; OpenAI's seed is an int64.
-SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
 StopText = Annotated[str, Field(min_length=1)]
+
+
+def _integral(v: Any) -> Any:
+    # JSON Schema's "integer" includes 2.0; strict mode alone would refuse it (and rightly "2" and true).
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+# The bounds go before the validator: after it, pydantic publishes them as unknown keywords ("ge").
+PosInt = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
+# Any integer: the sampler reduces it modulo 2**64 (a bound past 2**53 cannot be published exactly).
+Seed = Annotated[int, Field(description="any integer; used modulo 2**64"), BeforeValidator(_integral)]
+One = Annotated[int, Field(ge=1, le=1), BeforeValidator(_integral)]
 
 
 class _Req(BaseModel):
@@ -69,17 +79,17 @@ class StreamOptions(_Req):
 class ChatCompletionRequest(_TopReq):
     model: str = Field(min_length=1)
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: PosInt | None = None
+    max_completion_tokens: PosInt | None = None
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     stop: StopText | Annotated[list[StopText], Field(max_length=4)] | None = Field(
         None, description="up to 4 stop strings"
     )
-    seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
+    seed: Seed | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1, le=1, description="only 1 is supported")
+    n: One = Field(1, description="only 1 is supported")
     user: str | None = None
 
 
@@ -134,14 +144,16 @@ class AnthropicMessage(_Req):
 
 
 class MessagesRequest(_TopReq):
+    """A request may carry at most 4 cache_control breakpoints in all (system, messages, top level)."""
+
     model: str = Field(min_length=1)
-    max_tokens: int = Field(ge=1)
+    max_tokens: PosInt
     messages: list[AnthropicMessage] = Field(min_length=1)
     system: str | list[TextBlock] | None = None
     stop_sequences: list[StopText] | None = None
     temperature: float = Field(1.0, ge=0.0, le=1.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=1, description="accepted and ignored")
+    top_k: PosInt | None = Field(None, description="accepted and ignored")
     stream: bool = False
     metadata: dict[str, Any] | None = None
     cache_control: CacheControl | None = Field(None, description="automatic caching: a breakpoint at the prompt's end")
