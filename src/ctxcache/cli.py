@@ -220,6 +220,51 @@ def serve(
     run_server(model, host, port, config)
 
 
+cache_app = typer.Typer(help="The on-disk KV cache of `ctxcache serve` ($CTXCACHE_HOME/kv).")
+app.add_typer(cache_app, name="cache")
+
+
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+@cache_app.command("clear")
+def cache_clear(
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
+    models: Annotated[bool, typer.Option("--models", help="also delete the converted default model")] = False,
+) -> None:
+    """Delete the KV blocks that `ctxcache serve` saved on disk (a running server's are kept)."""
+    import fcntl
+    import shutil
+
+    from .integrations.model_store import ctxcache_home
+
+    home = ctxcache_home()
+    targets = sorted(p for p in (home / "kv").glob("*") if p.is_dir()) + (
+        [home / "models"] if models and (home / "models").is_dir() else []
+    )
+    if not targets:
+        console.print(f"nothing to clear under {home}")
+        return
+    total = sum(_size(p) for p in targets)
+    if not yes and not typer.confirm(f"delete {len(targets)} directories ({total / 2**30:.2f} GiB) under {home}?"):
+        raise typer.Exit(1)
+    freed = 0
+    for p in targets:
+        lock = p / "LOCK"
+        if lock.exists():  # a disk tier holds an exclusive flock on LOCK while a server runs
+            with lock.open("rb") as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    err.print(f"[yellow]skipped[/yellow] {p}: in use by a running server (stop it first)")
+                    continue
+        size = _size(p)
+        shutil.rmtree(p)
+        freed += size
+    console.print(f"freed {freed / 2**30:.2f} GiB under {home}")
+
+
 def main() -> None:
     app()
 

@@ -16,6 +16,7 @@ from rich.markup import escape
 from ..cache import ContextCache
 from ..errors import CtxCacheError
 from .config import load_server_config
+from .memory import tune_allocator
 
 err = Console(stderr=True, soft_wrap=True)
 
@@ -71,6 +72,7 @@ def serve(model: Path | None, host: str, port: int, config: Path | None) -> None
         from ..integrations.transformers import CachedLM
         from .app import create_app
 
+        tune_allocator()  # before the model and the cache allocate (see server/memory.py)
         fp = fingerprint(path)
         cache_cfg = cfg.cache_dict(fp)
         if config is None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..usage import Usage
 from .config import ServerConfig
+from .memory import trimmer
 from .metrics import Metrics
 from .pins import PinManager
 from .worker import Event, Job, JobContext, ModelWorker
@@ -79,7 +80,7 @@ class ServerState:
         self.lm, self.cfg, self.model_id = lm, cfg, model_id
         self.created = int(time.time())
         self.max_context = min(cfg.max_context, lm.max_context)
-        self.worker = ModelWorker(cfg.max_queue)
+        self.worker = ModelWorker(cfg.max_queue, after_job=trimmer())
         # Prompts are tokenized off the model thread, so an over-long one is refused without making
         # every other tenant wait; large prompts take their own lane, so small ones never queue behind them.
         self.tokenizer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxcache-tokenize")

@@ -73,8 +73,9 @@ class Job:
 
 
 class ModelWorker:
-    def __init__(self, max_queue: int) -> None:
+    def __init__(self, max_queue: int, after_job: Callable[[], None] | None = None) -> None:
         self.max_queue = max_queue
+        self._after_job = after_job  # runs on the model thread after every job (memory.trimmer)
         self._queue: asyncio.Queue[Job] | None = None
         self._task: asyncio.Task[None] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxcache-model")
@@ -139,3 +140,5 @@ class ModelWorker:
             self._avg_job_s = 0.8 * self._avg_job_s + 0.2 * dt
             self.jobs_done += 1
             ctx.emit("end")
+            if self._after_job is not None:
+                self._after_job()
