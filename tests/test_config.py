@@ -31,7 +31,7 @@ def test_toml_file_matches_dict(tmp_path):
     assert cfg.block_size == 16 and cfg.hash == "blake3" and cfg.model == "m"
     assert cfg.tiers[0].capacity == 2**20 and cfg.tiers[0].high == 0.9
     cache = ContextCache.from_config(p)
-    assert cache.tiers[0].policy.params() == {"decay": 0.01}
+    assert cache.slots[0].policy.params() == {"decay": 0.01}
     assert cache.hasher.hash == "blake3"
 
 
@@ -64,4 +64,4 @@ def test_bad_configs_name_the_problem(cfg, exc, match):
 
 def test_default_config_is_one_gib_memory_lru():
     c = ContextCache.from_config({})
-    assert c.block_size == 256 and c.tiers[0].capacity == 2**30 and c.tiers[0].policy.name == "lru"
+    assert c.block_size == 256 and c.tiers[0].capacity == 2**30 and c.slots[0].policy.name == "lru"

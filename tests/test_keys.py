@@ -115,11 +115,11 @@ def test_walk_matches_chain_and_verifies_tokens(hash_name):
     pairs = list(h.chain(arr, ns))
     assert [k for k, _ in pairs] == h.keys(arr, ns)
     table = {k: _Stored(d) for k, d in pairs[:3]}
-    assert [s.tokens for s in h.walk(arr, ns, table.get)] == [d for _, d in pairs[:3]]
+    assert [s.tokens for s in h.walk(h.prompt(arr, ns), table.get)] == [d for _, d in pairs[:3]]
     # A stored block whose tokens differ (a collision) ends the match there.
     table[pairs[1][0]] = _Stored(b"\0" * 16)
-    assert len(h.walk(arr, ns, table.get)) == 1
-    assert h.walk(as_token_array([]), ns, table.get) == []
+    assert len(h.walk(h.prompt(arr, ns), table.get)) == 1
+    assert h.walk(h.prompt([], ns), table.get) == []
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64])

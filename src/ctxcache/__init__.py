@@ -17,7 +17,7 @@ from .errors import (
     UnknownTierError,
 )
 from .index import RadixIndex
-from .keys import BlockHasher, Namespace
+from .keys import BlockHasher, Namespace, Prompt
 from .policies import Policy, make_policy, policy_names
 from .tiers import DiskTier, MemoryTier, RedisTier, Tier
 from .usage import Usage
@@ -40,6 +40,7 @@ __all__ = [
     "Namespace",
     "PayloadError",
     "Policy",
+    "Prompt",
     "RadixIndex",
     "RedisTier",
     "Tier",

@@ -82,21 +82,7 @@ def demo(
             {"block_size": MOONCAKE_BLOCK,
              "tiers": [{"kind": "memory", "capacity": capacity, "policy": policy, "high": 1.0, "low": 1.0}]}
         )  # fmt: skip
-        payload = bytes(block_bytes)  # shared object; charged once per block
-        offs = np.arange(MOONCAKE_BLOCK, dtype=np.int64)
-        t0 = time.perf_counter()
-        with Progress(
-            TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console
-        ) as bar:
-            task = bar.add_task("replay", total=total)
-            for req in read_mooncake(path, limit):
-                ids = np.asarray(req.blocks, dtype=np.int64)
-                toks = ((ids[:, None] * MOONCAKE_BLOCK + offs) % (2**31 - 1)).ravel()[: req.input_length]
-                with cache.lookup(toks) as m:
-                    n_full = len(toks) // MOONCAKE_BLOCK
-                    cache.store(toks, [payload] * (n_full - m.n_blocks), first_block=m.n_blocks)
-                bar.advance(task)
-        elapsed = time.perf_counter() - t0
+        elapsed = _replay(cache, path, limit, total, bytes(block_bytes))
     except CtxCacheError as exc:
         _fail(str(exc))
         return
@@ -117,6 +103,25 @@ def demo(
     for row in rows:
         table.add_row(*row)
     console.print(table)
+
+
+def _replay(cache: ContextCache, path: Path, limit: int | None, total: int, payload: bytes) -> float:
+    """Each request: lookup, then store the blocks past the hit (one shared payload object,
+    charged once per block). Returns the seconds it took."""
+    offs = np.arange(MOONCAKE_BLOCK, dtype=np.int64)
+    t0 = time.perf_counter()
+    with Progress(
+        TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console
+    ) as bar:
+        task = bar.add_task("replay", total=total)
+        for req in read_mooncake(path, limit):
+            ids = np.asarray(req.blocks, dtype=np.int64)
+            toks = ((ids[:, None] * MOONCAKE_BLOCK + offs) % (2**31 - 1)).ravel()[: req.input_length]
+            prompt = cache.prompt(toks)  # validated and hashed once for the lookup and the store
+            with cache.lookup(prompt) as m:
+                cache.store(prompt, [payload] * (prompt.n_blocks - m.n_blocks), first_block=m.n_blocks)
+            bar.advance(task)
+    return time.perf_counter() - t0
 
 
 def _parse_sizes(text: str) -> list[float]:

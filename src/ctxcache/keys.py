@@ -12,6 +12,7 @@ keys that leave the process, where another party may see or choose them.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeVar
@@ -112,7 +113,11 @@ def _is_int(x: object) -> bool:
 
 
 class BlockHasher:
-    """Cuts token arrays into blocks and computes their chained keys."""
+    """Cuts token arrays into blocks and computes their chained keys.
+
+    ``_stream`` is the one loop that chains keys; ``walk`` (every lookup), ``chain`` and
+    ``iter_keys`` all consume it, and a ``Prompt`` remembers what it yielded.
+    """
 
     def __init__(self, block_size: int = 256, hash: str = "xxh3") -> None:
         if not isinstance(block_size, int) or block_size < 1:
@@ -133,79 +138,123 @@ class BlockHasher:
         s = self._stride
         return [buf[i * s : (i + 1) * s] for i in range(len(arr) // self.block_size)]
 
-    def chain(self, arr: np.ndarray, ns: Namespace) -> Iterator[tuple[bytes, bytes]]:
-        """Yield (key, token bytes) of each full block of a validated array, in order."""
-        buf = arr.tobytes()
-        s = self._stride
-        blocks = (buf[i * s : (i + 1) * s] for i in range(len(arr) // self.block_size))
-        if self.hash == "xxh3":
-            parent = ns.root
-            seed = int.from_bytes(ns.secret[16:24], "little")
-            digest = xxhash.xxh3_128_digest
-            for data in blocks:
-                parent = digest(parent + data, seed)
-                yield parent, data
-        else:
-            yield from zip(self.iter_keys(list(blocks), ns), self.block_bytes(arr))
-
-    def walk(self, arr: np.ndarray, ns: Namespace, get: Callable[[bytes], S | None]) -> list[S]:
-        """The longest prefix of blocks whose key ``get`` finds with equal stored token bytes.
-
-        This is every lookup's hot loop, so hashing and verification are fused into one pass
-        that stops at the first miss (a cold lookup hashes one block) and copies nothing but
-        the parent key: ``startswith`` compares a stored block with the request's buffer in place.
-        """
-        buf = arr.tobytes()
+    def _stream(self, buf: bytes, ns: Namespace, parent: bytes, start: int, stop: int) -> Iterator[bytes]:
+        """Keys of blocks ``start`` .. ``stop - 1`` of ``buf``, chained on ``parent`` (the key of
+        block ``start - 1``, or the namespace root). Lazy: a lookup that misses at block 0 hashes
+        one block. The streaming hasher reads the request's buffer in place (no concatenation)."""
         view = memoryview(buf)
-        same = buf.startswith
         s = self._stride
-        end = (len(arr) // self.block_size) * s
-        parent = ns.root
-        out: list[S] = []
         if self.hash == "xxh3":
             stream = xxhash.xxh3_128
             seed = int.from_bytes(ns.secret[16:24], "little")
-            for off in range(0, end, s):
+            for off in range(start * s, stop * s, s):
                 h = stream(parent, seed)
                 h.update(view[off : off + s])
                 parent = h.digest()
-                item = get(parent)
-                if item is None or not same(item.tokens, off):
-                    break
-                out.append(item)
+                yield parent
         else:
             template = blake3.blake3(key=ns.secret)
-            for off in range(0, end, s):
+            for off in range(start * s, stop * s, s):
                 b = template.copy()
                 b.update(parent)
                 b.update(view[off : off + s])
                 parent = b.digest(KEY_BYTES)
-                item = get(parent)
-                if item is None or not same(item.tokens, off):
-                    break
-                out.append(item)
+                yield parent
+
+    def prompt(self, tokens: Tokens, ns: Namespace) -> Prompt:
+        """Validate ``tokens`` once and wrap them with ``ns`` for the whole request path."""
+        return Prompt(self, as_token_array(tokens), ns)
+
+    def chain(self, arr: np.ndarray, ns: Namespace) -> Iterator[tuple[bytes, bytes]]:
+        """Yield (key, token bytes) of each full block of a validated array, in order."""
+        buf = arr.tobytes()
+        s = self._stride
+        for i, key in enumerate(self._stream(buf, ns, ns.root, 0, len(arr) // self.block_size)):
+            yield key, buf[i * s : (i + 1) * s]
+
+    def walk(self, prompt: Prompt, get: Callable[[bytes], S | None]) -> list[S]:
+        """The longest prefix of blocks whose key ``get`` finds with equal stored token bytes.
+
+        This is every lookup's hot loop: it stops at the first miss (a cold lookup hashes one
+        block), reuses keys the prompt already knows, and compares a stored block with the
+        request's buffer in place (``startswith`` at the block offset), copying nothing.
+        """
+        buf, keys, n = prompt.buf, prompt._keys, prompt.n_blocks
+        same = buf.startswith
+        s = self._stride
+        out: list[S] = []
+        off = 0
+        for key in keys[:n]:
+            item = get(key)
+            if item is None or not same(item.tokens, off):
+                return out
+            out.append(item)
+            off += s
+        if len(keys) >= n:
+            return out
+        parent = keys[-1] if keys else prompt.namespace.root
+        for key in self._stream(buf, prompt.namespace, parent, len(keys), n):
+            keys.append(key)
+            item = get(key)
+            if item is None or not same(item.tokens, off):
+                break
+            out.append(item)
+            off += s
         return out
 
     def iter_keys(self, blocks: Sequence[bytes], ns: Namespace, start: int = 0) -> Iterator[bytes]:
         """Yield the key of each block in ``blocks`` (token bytes), skipping the first ``start``."""
-        parent = ns.root
-        if self.hash == "xxh3":
-            seed = int.from_bytes(ns.secret[16:24], "little")
-            digest = xxhash.xxh3_128_digest
-            for i, data in enumerate(blocks):
-                parent = digest(parent + data, seed)
-                if i >= start:
-                    yield parent
-        else:
-            template = blake3.blake3(key=ns.secret)
-            for i, data in enumerate(blocks):
-                h = template.copy()
-                h.update(parent)
-                h.update(data)
-                parent = h.digest(KEY_BYTES)
-                if i >= start:
-                    yield parent
+        return itertools.islice(self._stream(b"".join(blocks), ns, ns.root, 0, len(blocks)), start, None)
 
     def keys(self, tokens: Tokens, ns: Namespace) -> list[bytes]:
         """All full-block keys of ``tokens`` under ``ns``."""
-        return list(self.iter_keys(self.block_bytes(as_token_array(tokens)), ns))
+        return self.prompt(tokens, ns).keys()
+
+
+class Prompt:
+    """One request's tokens, validated once, and their block keys, each hashed at most once.
+
+    Made by ``ContextCache.prompt`` (or ``BlockHasher.prompt``); lookup, store, discovery and the
+    server's pins all take it, so a request is validated once and hashed once on its way from
+    the API to a tier. ``prefix`` and ``extend`` share the key list: the first blocks of a
+    prefix or of an extension are the same blocks, with the same keys.
+    """
+
+    __slots__ = ("tokens", "namespace", "n_blocks", "buf", "_keys", "_hasher")
+
+    def __init__(self, hasher: BlockHasher, arr: np.ndarray, ns: Namespace, keys: list[bytes] | None = None) -> None:
+        self.tokens = arr
+        self.namespace = ns
+        self.n_blocks = hasher.n_blocks(len(arr))
+        self.buf = arr.tobytes()
+        self._keys: list[bytes] = [] if keys is None else keys  # append-only, shared with prefixes
+        self._hasher = hasher
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def keys(self, n: int | None = None) -> list[bytes]:
+        """Keys of the first ``n`` full blocks (all by default), hashing only those not known yet."""
+        n = self.n_blocks if n is None else min(n, self.n_blocks)
+        have = len(self._keys)
+        if have < n:
+            parent = self._keys[-1] if have else self.namespace.root
+            self._keys.extend(self._hasher._stream(self.buf, self.namespace, parent, have, n))
+        return self._keys[:n]
+
+    def block(self, i: int) -> bytes:
+        """Token bytes of full block ``i``."""
+        s = self._hasher._stride
+        return self.buf[i * s : (i + 1) * s]
+
+    def prefix(self, n_tokens: int) -> Prompt:
+        """The first ``n_tokens`` tokens, sharing the keys hashed so far."""
+        return Prompt(self._hasher, self.tokens[:n_tokens], self.namespace, self._keys)
+
+    def extend(self, tokens: Tokens) -> Prompt:
+        """These tokens followed by ``tokens`` (validated), sharing the keys of the full blocks."""
+        more = as_token_array(tokens)
+        # A copy cut at this prompt's own blocks: a shared list may hold keys of a longer prompt
+        # this one is a prefix of, and past our last full block the extension's blocks differ.
+        keys = self._keys[: self.n_blocks]
+        return Prompt(self._hasher, np.concatenate([self.tokens, more]), self.namespace, keys)

@@ -26,6 +26,7 @@ class FakeStream:
         self.lm, self.ids, self.params, self.kw = lm, ids, params, kw
         self.result = None
         self.first_token_at = None
+        self.request = None  # the cache's Prompt, set by the prefill as CachedLM does
 
     def __iter__(self):
         lm, ids, kw = self.lm, self.ids, self.kw
@@ -35,14 +36,15 @@ class FakeStream:
         bs = lm.block_size
         hit = created = 0
         by_tier = {}
+        req = self.request = lm.cache.prompt(ids, kw["namespace"])
         if kw["use_cache"]:
-            with lm.cache.lookup(ids[:-1], kw["namespace"]) as m:
+            with lm.cache.lookup(req.prefix(len(ids) - 1)) as m:
                 hit, by_tier = m.hit_tokens, dict(m.usage.by_tier)
                 limit = len(ids) if kw["store_upto"] is None else kw["store_upto"]
                 n = limit // bs
                 if n > m.n_blocks:
                     payloads = [b"kv" * 64] * (n - m.n_blocks)
-                    created = lm.cache.store(ids[: n * bs], payloads, kw["namespace"], m.n_blocks).cache_creation_tokens
+                    created = lm.cache.store(req.prefix(n * bs), payloads, first_block=m.n_blocks).cache_creation_tokens
         usage = Usage(hit, created, len(ids) - hit, by_tier)
         self.first_token_at = time.perf_counter()
         if kw.get("on_prefill"):

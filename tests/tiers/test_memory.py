@@ -47,15 +47,6 @@ def test_put_get_delete_and_accounting():
     assert sorted(t.keys()) == ["b"]
 
 
-def test_watermarks():
-    t = MemoryTier(1000, high=0.8, low=0.5)
-    t.put("a", bytes(800))
-    assert not t.over_high()
-    t.put("b", bytes(1))
-    assert t.over_high() and t.bytes_over_low() == 301
-    assert t.free_bytes() == 199
-
-
 @pytest.mark.parametrize(
     ("kw", "match"),
     [({"capacity": 0}, "capacity"), ({"capacity": 10, "high": 0.5, "low": 0.7}, "watermarks")],

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cache import ContextCache, Match
+from ..cache import ContextCache, Match, Prompt
 from ..usage import Usage
 from . import Detokenizer, Generation, SamplingParams, Timings
 from .model_store import GEMMA_CHAT_TEMPLATE, INSTALL_HINT, ModelError
@@ -62,6 +62,7 @@ class Prefill:
     usage: Usage
     timings: Timings
     cached_blocks: int  # full prompt blocks in the cache after this call (hit + stored)
+    prompt: Prompt  # the cache's view of the tokens: validated once, keys hashed at most once
 
 
 def sample_token(logits: Any, temperature: float, top_p: float, generator: Any = None) -> int:
@@ -101,6 +102,7 @@ class GenerationStream:
         self.lm, self.prompt, self.params, self.kw = lm, prompt, params, kw
         self.result: Generation | None = None
         self.first_token_at: float | None = None  # time.perf_counter() when the first token was sampled
+        self.request: Prompt | None = None  # set by the prefill: pins reuse its keys (server/pins.py)
         self._it = self._run()
 
     def __iter__(self) -> Iterator[str]:
@@ -126,6 +128,7 @@ class GenerationStream:
             use_cache=self.kw["use_cache"], on_logits=sample_first,
         )  # fmt: skip
         token = first[0]
+        self.request = pf.prompt
         assert self.first_token_at is not None
         if self.kw.get("on_prefill") is not None:
             self.kw["on_prefill"](pf.usage)
@@ -161,7 +164,7 @@ class GenerationStream:
         n_prompt_blocks = len(prompt) // lm.block_size
         if self.kw.get("store_generated") and pf.cached_blocks == n_prompt_blocks:
             # The next turn's prompt usually repeats this reply verbatim: keep its full blocks too.
-            kept = lm._store(prompt + out[: pos - len(prompt)], pf.kv, n_prompt_blocks, self.kw["namespace"])
+            kept = lm._store(pf.prompt.extend(out[: pos - len(prompt)]), pf.kv, n_prompt_blocks)
         tm.store_s += time.perf_counter() - t_dec
         tm.total_s = time.perf_counter() - t0
         self.result = Generation(
@@ -266,9 +269,9 @@ class CachedLM:
             kv.update(_cat([p[li][0] for p in payloads]), _cat([p[li][1] for p in payloads]), li)
         return kv
 
-    def _store(self, tokens: list[int], kv: Any, first: int, namespace: str) -> int:
-        """Store full blocks ``first``.. of ``tokens`` from ``kv``; returns the tokens newly cached."""
-        bs, last = self.block_size, len(tokens) // self.block_size
+    def _store(self, prompt: Prompt, kv: Any, first: int) -> int:
+        """Store full blocks ``first``.. of ``prompt`` from ``kv``; returns the tokens newly cached."""
+        bs, last = self.block_size, len(prompt) // self.block_size
         if last <= first:
             return 0
         layers = [(layer.keys, layer.values) for layer in kv.layers]
@@ -276,7 +279,7 @@ class CachedLM:
             [(k[:, :, b * bs : (b + 1) * bs].clone(), v[:, :, b * bs : (b + 1) * bs].clone()) for k, v in layers]
             for b in range(first, last)
         ]
-        return self.cache.store(tokens[: last * bs], blocks, namespace, first_block=first).cache_creation_tokens
+        return self.cache.store(prompt.prefix(last * bs), blocks, first_block=first).cache_creation_tokens
 
     def prefill(
         self,
@@ -297,7 +300,8 @@ class CachedLM:
         ids = self._check_tokens(tokens)
         tm = Timings()
         t0 = time.perf_counter()
-        m: Match | None = self.cache.lookup(ids[:-1], namespace) if use_cache else None
+        req = self.cache.prompt(ids, namespace)  # validated once; keys hashed lazily, at most once
+        m: Match | None = self.cache.lookup(req.prefix(len(ids) - 1)) if use_cache else None
         try:
             t1 = time.perf_counter()
             kv: Any = self._rebuild(m.payloads) if m and m.n_blocks else DynamicCache()
@@ -315,7 +319,7 @@ class CachedLM:
                 )
             limit = len(ids) if store_upto is None else max(0, min(store_upto, len(ids)))
             hit_blocks = m.n_blocks if m else 0
-            created = self._store(ids[:limit], kv, hit_blocks, namespace) if use_cache else 0
+            created = self._store(req.prefix(limit), kv, hit_blocks) if use_cache else 0
             # Blocks that were already cached are not "created"; undercounting them only means a
             # caller skips storing the reply's blocks (store_generated), never a wrong store.
             cached_blocks = hit_blocks + created // self.block_size
@@ -329,7 +333,7 @@ class CachedLM:
         usage = Usage(
             cache_read_tokens=hit, cache_creation_tokens=created, uncached_tokens=len(ids) - hit, by_tier=by_tier
         )
-        return Prefill(ids, kv, logits, usage, tm, cached_blocks)
+        return Prefill(ids, kv, logits, usage, tm, cached_blocks, req)
 
     # --- generation ---------------------------------------------------------------------------------
     def stream_tokens(

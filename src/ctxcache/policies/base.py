@@ -14,17 +14,28 @@ import itertools
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from ..units import Clock
 
 Key = Hashable
 CanEvict = Callable[[Any], bool] | None
-Clock = Callable[[], float]
+
+__all__ = ["CanEvict", "Clock", "Key", "Offline", "OrderedPolicy", "Policy", "ScoredPolicy", "as_offline"]
 
 
 class Policy(ABC):
-    """Base of every eviction policy. Subclasses register themselves in ``policies.registry``."""
+    """Base of every eviction policy. Subclasses register themselves in ``policies.registry``.
+
+    Optional capabilities are declared, never probed with ``getattr``:
+    ``offline`` (needs the future: implements ``Offline``; simulator only, the cache refuses it),
+    ``needs_capacity`` (its constructor takes ``capacity=``, in blocks: the simulator passes it),
+    and ``attach`` (policies that read the radix index's structure override it).
+    """
 
     name: ClassVar[str] = ""
+    offline: ClassVar[bool] = False
+    needs_capacity: ClassVar[bool] = False
 
     def __init__(self, clock: Clock = time.monotonic) -> None:
         self.clock = clock
@@ -66,6 +77,25 @@ class Policy(ABC):
     def attach(self, index: Any) -> None:
         """Called by the owner with its RadixIndex, for policies that use block structure
         (depth, children). Most policies ignore it."""
+
+
+@runtime_checkable
+class Offline(Protocol):
+    """What an ``offline`` policy adds: the future of the trace, and where the replay is."""
+
+    position: int
+
+    def set_future(self, next_use: Any) -> None:
+        """``next_use[i]``: the position of the next access to the block accessed at ``i``."""
+
+
+def as_offline(policy: Policy) -> Offline | None:
+    """The policy as an ``Offline`` one when it declares ``offline``, else None."""
+    if not policy.offline:
+        return None
+    if not isinstance(policy, Offline):
+        raise TypeError(f"policy {policy.name!r} declares offline but has no set_future/position")
+    return policy
 
 
 class ScoredPolicy(Policy):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import OrderedDict
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,7 @@ _P1, _P2, _P3 = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9  # XX
 _P4, _P5 = 0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5
 _BLOCK = 256
 _xxh64 = xxhash.xxh64_intdigest
+_UNDECIDED: Hashable = object()  # _evict_fast's answer when the common step does not apply
 
 
 def _key_bytes(key: Key) -> bytes:
@@ -283,47 +285,58 @@ class WTinyLFU(Policy):
         return None
 
     def evict(self, can_evict: CanEvict = None) -> Key | None:
-        win, prob, prot, idx = self._win, self._prob, self._prot, self._idx
         mn = (self._fixed or self._sizes())[0]
         if self._fast and not self._doomed:
-            while win and len(prob) + len(prot) < mn:  # main has room: window keys move over
-                wkey = next(iter(win))
-                self._add(idx[wkey])
+            key = self._evict_fast(can_evict, mn)
+            if key is not _UNDECIDED:
+                return key
+        return self._evict_general(can_evict, mn)
+
+    def _evict_fast(self, can_evict: CanEvict, mn: int) -> Key | None:
+        """The common step (window head against main's head, both evictable), or _UNDECIDED."""
+        win, prob, prot, idx = self._win, self._prob, self._prot, self._idx
+        while win and len(prob) + len(prot) < mn:  # main has room: window keys move over
+            wkey = next(iter(win))
+            self._add(idx[wkey])
+            del win[wkey]
+            self._to_main(wkey)
+        if win:
+            wkey, seg = next(iter(win)), prob or prot
+            mkey = next(iter(seg))
+            if can_evict is None or (can_evict(wkey) and can_evict(mkey)):
+                # Unrolled for 10 counters; _evict_general's loop gives the same answer.
+                c = self._counts
+                i0, i1, i2, i3, i4, i5, i6, i7, i8, i9 = idx[wkey]
+                west = min(c[i0], c[i1], c[i2], c[i3], c[i4], c[i5], c[i6], c[i7], c[i8], c[i9])
+                mv = self._mv
+                admit = mv is None or mv[0] != mkey or west > mv[1]
+                if admit:
+                    j0, j1, j2, j3, j4, j5, j6, j7, j8, j9 = idx[mkey]
+                    mest = min(c[j0], c[j1], c[j2], c[j3], c[j4], c[j5], c[j6], c[j7], c[j8], c[j9])
+                    self._mv = (mkey, mest)
+                    admit = west > mest
+                # The window key's add comes after the comparison, as in libCacheSim.
+                c[i0] += 1
+                c[i1] += 1
+                c[i2] += 1
+                c[i3] += 1
+                c[i4] += 1
+                c[i5] += 1
+                c[i6] += 1
+                c[i7] += 1
+                c[i8] += 1
+                c[i9] += 1
                 del win[wkey]
-                self._to_main(wkey)
-            if win:
-                wkey, seg = next(iter(win)), prob or prot
-                mkey = next(iter(seg))
-                if can_evict is None or (can_evict(wkey) and can_evict(mkey)):
-                    # The common step, unrolled for 10 counters; the loop below gives the same answer.
-                    c = self._counts
-                    i0, i1, i2, i3, i4, i5, i6, i7, i8, i9 = idx[wkey]
-                    west = min(c[i0], c[i1], c[i2], c[i3], c[i4], c[i5], c[i6], c[i7], c[i8], c[i9])
-                    mv = self._mv
-                    admit = mv is None or mv[0] != mkey or west > mv[1]
-                    if admit:
-                        j0, j1, j2, j3, j4, j5, j6, j7, j8, j9 = idx[mkey]
-                        mest = min(c[j0], c[j1], c[j2], c[j3], c[j4], c[j5], c[j6], c[j7], c[j8], c[j9])
-                        self._mv = (mkey, mest)
-                        admit = west > mest
-                    # The window key's add comes after the comparison, as in libCacheSim.
-                    c[i0] += 1
-                    c[i1] += 1
-                    c[i2] += 1
-                    c[i3] += 1
-                    c[i4] += 1
-                    c[i5] += 1
-                    c[i6] += 1
-                    c[i7] += 1
-                    c[i8] += 1
-                    c[i9] += 1
-                    del win[wkey]
-                    if admit:
-                        del seg[mkey], idx[mkey]
-                        self._to_main(wkey)
-                        return mkey
-                    del idx[wkey]
-                    return wkey
+                if admit:
+                    del seg[mkey], idx[mkey]
+                    self._to_main(wkey)
+                    return mkey
+                del idx[wkey]
+                return wkey
+        return _UNDECIDED
+
+    def _evict_general(self, can_evict: CanEvict, mn: int) -> Key | None:
+        win, prob, prot, idx = self._win, self._prob, self._prot, self._idx
         while self._doomed:
             key = self._doomed.popitem(last=False)[0]
             if can_evict is None or can_evict(key):

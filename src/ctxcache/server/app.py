@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -70,11 +70,7 @@ async def _sweep(state: ServerState) -> None:
         state.pins.sweep()
 
 
-def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str | None = None) -> FastAPI:
-    """Build the app around a loaded CachedLM. Run it with uvicorn (the lifespan starts the worker)."""
-    cfg = cfg or ServerConfig()
-    state = ServerState(lm, cfg, model_id or cfg.model_id or "model")
-
+def _lifespan(state: ServerState) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await state.worker.start()
@@ -90,9 +86,20 @@ def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str |
                 lane.shutdown(wait=False, cancel_futures=True)
             state.pins.clear()
 
+    return lifespan
+
+
+def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str | None = None) -> FastAPI:
+    """Build the app around a loaded CachedLM. Run it with uvicorn (the lifespan starts the worker)."""
+    cfg = cfg or ServerConfig()
+    state = ServerState(lm, cfg, model_id or cfg.model_id or "model")
     # No slash redirects: RequestGuard serves "/v1/x/" as "/v1/x" (a 307 to a POST is an empty reply).
     app = FastAPI(
-        title="ctxcache", version=__version__, description=_DESCRIPTION, lifespan=lifespan, redirect_slashes=False
+        title="ctxcache",
+        version=__version__,
+        description=_DESCRIPTION,
+        lifespan=_lifespan(state),
+        redirect_slashes=False,
     )
     app.state.ctx = state
     app.add_middleware(_Stamp, metrics=state.metrics)

@@ -182,10 +182,10 @@ def chat_job(state: ServerState, job: ChatJob) -> Callable[[JobContext], None]:
         gen = stream.result
         assert gen is not None
         pinned = 0
-        if cfg.cache:
+        if cfg.cache and stream.request is not None:
             ttl_s = {bp.ttl: bp.ttl_s for bp in job.breakpoints}
-            for pos, ttl in marks:
-                pinned = max(pinned, state.pins.keep(ids[:pos], job.tenant, ttl_s[ttl]))
+            for pos, ttl in marks:  # the prefill's Prompt: its keys are reused, not recomputed
+                pinned = max(pinned, state.pins.keep(stream.request.prefix(pos), job.tenant, ttl_s[ttl]))
         ttft = stream.first_token_at - job.arrived if stream.first_token_at is not None else None
         created = _created_by_ttl(gen.usage, marks) if cfg.cache else {"5m": 0, "1h": 0}
         ctx.emit("done", Outcome(gen, ttft, ctx.queued_s, job.tokenize_s, created, pinned))

@@ -6,20 +6,22 @@ pins its ancestors), so the server keeps one Match per pinned prefix and release
 runs out. A hit on the same prefix refreshes the ttl, as in Anthropic's API. Pins share a byte
 budget (a fraction of the first tier): past it, the pin that expires soonest is released early,
 so pins can never wedge the cache into refusing every store.
+
+Pins take the request's ``Prompt`` (made once by the prefill): the pin's lookup reuses the keys
+the request already computed, and a pin is known by its deepest block key, so pinning neither
+re-validates nor re-hashes the prompt.
 """
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from ..cache import ContextCache, Match
+from ..cache import ContextCache, Match, Prompt
+from ..keys import Tokens
 from ..tiers import payload_nbytes
 
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
@@ -41,13 +43,14 @@ class PinManager:
         self.pinned_bytes = 0
         self.released_early = 0
 
-    def keep(self, tokens: Sequence[int], namespace: str, ttl_s: float) -> int:
-        """Pin the cached full blocks of ``tokens`` for ``ttl_s`` seconds; returns the tokens pinned."""
+    def keep(self, tokens: Tokens | Prompt, namespace: str, ttl_s: float) -> int:
+        """Pin the cached full blocks of ``tokens`` (best: the request's Prompt, or a prefix of it)
+        for ``ttl_s`` seconds; returns the tokens pinned."""
         n = len(tokens) // self.cache.block_size * self.cache.block_size
         if n == 0 or self.max_bytes <= 0:
             return 0
-        arr = np.asarray(tokens[:n], dtype=np.int64)
-        key = (namespace, n, hashlib.blake2b(arr.tobytes(), digest_size=16).digest())
+        prompt = self.cache.prompt(tokens, namespace).prefix(n)
+        key = (prompt.namespace.tenant, n, prompt.keys()[-1])  # the chain's last key names it all
         now = self.clock()
         with self._lock:
             pin = self._pins.get(key)
@@ -55,7 +58,7 @@ class PinManager:
                 pin.expires = max(pin.expires, now + ttl_s)
                 pin.ttl_s = max(pin.ttl_s, ttl_s)
                 return pin.match.hit_tokens
-        m = self.cache.lookup(arr, namespace)
+        m = self.cache.lookup(prompt)
         if m.n_blocks == 0:
             self.cache.release(m)
             return 0

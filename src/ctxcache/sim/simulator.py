@@ -24,6 +24,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..index import RadixIndex
 from ..policies import POLICIES, Policy, make_policy
+from ..policies.base import Offline, as_offline
 from .costmodel import CostModel
 from .traces import MOONCAKE_BLOCK, Request
 
@@ -120,8 +121,9 @@ def simulate(
     clock = _TraceClock()
     pol = policy if isinstance(policy, Policy) else _make(policy, clock, capacity)
     pol.clock = clock  # the simulator owns time: trace seconds, for instances passed in too
-    if getattr(pol, "offline", False):
-        pol.set_future(trace.next_use)  # type: ignore[attr-defined]
+    fut = as_offline(pol)
+    if fut is not None:
+        fut.set_future(trace.next_use)
     t0 = time.perf_counter()
     if semantics == "object":
         misses, hit_tokens, saved = _run_object(trace, pol, capacity, clock), 0, 0.0
@@ -151,7 +153,7 @@ def simulate(
 def _make(spec: str | dict[str, Any], clock: Callable[[], float], capacity: int) -> Policy:
     name = spec if isinstance(spec, str) else spec.get("name")
     cls = POLICIES.get(name) if isinstance(name, str) else None
-    if cls is not None and getattr(cls, "needs_capacity", False):
+    if cls is not None and cls.needs_capacity:
         return make_policy(spec, clock=clock, capacity=capacity)
     return make_policy(spec, clock=clock)
 
@@ -170,12 +172,13 @@ def _run_object(trace: Trace, pol: Policy, capacity: int, clock: _TraceClock) ->
     contains, hit, insert, evict = pol.__contains__, pol.on_hit, pol.on_insert, pol.evict
     misses = 0
     resident = 0
-    if getattr(pol, "offline", False):
+    fut = as_offline(pol)
+    if fut is not None:
         i = 0
         for r in trace.requests:
             clock.t = r.time
             for b in r.blocks:
-                pol.position = i  # type: ignore[attr-defined]
+                fut.position = i
                 i += 1
                 if contains(b):
                     hit(b)
@@ -217,7 +220,7 @@ def _run_prefix(
     idx = RadixIndex()
     pol.attach(idx)
     get = idx.getter
-    offline = getattr(pol, "offline", False)
+    fut = as_offline(pol)
     can_evict = idx.is_evictable
     bs = trace.block_size
     misses = hit_tokens = 0
@@ -250,26 +253,32 @@ def _run_prefix(
             full = n if partial or r.input_length >= n * bs else n - 1
             if h < full:
                 new = _insert_chain(idx, pol, capacity, blocks[:full], h, parent, can_evict)
-        # Deepest block first, new ones before hit ones: every ancestor then looks more recently
-        # used (and, on ties, newer) than its descendants, so victims are found at the leaves.
-        if offline:
-            for j in range(h + len(new) - 1, h - 1, -1):
-                pol.position = pos + j  # type: ignore[attr-defined]
-                pol.on_insert(blocks[j])
-            for j in range(h - 1, -1, -1):
-                pol.position = pos + j  # type: ignore[attr-defined]
-                pol.on_hit(blocks[j])
-        else:
-            for b in reversed(new):
-                pol.on_insert(b)
-            if h:
-                pol.on_hits(reversed(blocks[:h]))
+        _report(pol, fut, blocks, h, new, pos)
         pos += n
         if progress is not None and (r_i & 255) == 255:
             progress(256)
     if progress is not None:
         progress(len(trace.requests) & 255)
     return misses, hit_tokens, saved
+
+
+def _report(pol: Policy, fut: Offline | None, blocks: Sequence[int], h: int, new: list[int], pos: int) -> None:
+    """Tell the policy about a request's hits and new blocks.
+
+    Deepest block first, new ones before hit ones: every ancestor then looks more recently used
+    (and, on ties, newer) than its descendants, so victims are found at the leaves."""
+    if fut is not None:
+        for j in range(h + len(new) - 1, h - 1, -1):
+            fut.position = pos + j
+            pol.on_insert(blocks[j])
+        for j in range(h - 1, -1, -1):
+            fut.position = pos + j
+            pol.on_hit(blocks[j])
+        return
+    for b in reversed(new):
+        pol.on_insert(b)
+    if h:
+        pol.on_hits(reversed(blocks[:h]))
 
 
 def _insert_chain(

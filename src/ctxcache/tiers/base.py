@@ -1,16 +1,25 @@
-"""The Tier ABC: a keyed block store with capacity, watermarks and an eviction policy.
+"""The Tier ABC: a keyed block store that measures the bytes it holds. Storage only.
 
-A tier owns storage and byte accounting; its ``policy`` only orders keys. The ContextCache
-decides when to evict (watermarks) and where a victim goes (demotion to the next tier, or out of
-the cache), because only it knows the radix index's rules.
+A tier stores, loads, deletes and sizes blocks, and counts what it alone can see (bytes held,
+blocks that failed verification). It knows nothing of policies, of other tiers or of the cache's
+counters: the engine (``engine/``) wraps each tier in a ``Slot`` that owns its policy, its
+limits and its event counters, and decides what to evict and where victims go.
 
-Two class flags tell the cache how to drive a tier:
-- ``slow``: storage does I/O. The cache never calls it under its lock: writes and deletes go
+A tier is built with the limits the engine will enforce for it (``capacity``, ``high``/``low``
+watermarks, ``policy``: a name, a mapping or a Policy object). It keeps them as plain data and
+never reads them itself; they stay on the constructor so ``ContextCache([MemoryTier(1 << 30), ...])``
+reads as it always did.
+
+Capabilities are declared by class flags, never discovered by trying a call:
+- ``slow``: storage does I/O. The engine never calls it under its lock: writes and deletes go
   through the background mover, reads happen between the lookup's two locked phases. A slow tier
   is therefore thread-safe on its own (one internal lock around its bookkeeping, I/O outside it).
 - ``persistent``: it can hold blocks this process's index does not know (after a restart, or
-  written by another process). The cache probes it for keys missing from the index, verifying the
-  token bytes each block carries in its header.
+  written by another process). The engine probes it for keys missing from the index, verifying
+  the token bytes each block carries in its header, and ``adopt``s what it finds.
+- ``codec`` (not None): it keeps encoded blobs, so ``get_blob``/``put_blob`` move blocks between
+  tiers with the same codec without re-encoding. Tiers without a codec raise NotImplementedError
+  from both, and non-persistent tiers from ``adopt``: the engine checks the flag first.
 """
 
 from __future__ import annotations
@@ -22,7 +31,6 @@ from typing import Any, ClassVar
 
 from ..codec import Block, Codec
 from ..errors import ConfigError, PayloadError, TierUnavailableError
-from ..policies import Policy, make_policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +63,7 @@ class Tier(ABC):
     def __init__(
         self,
         capacity: int,
-        policy: Policy | str = "lru",
+        policy: object = "lru",
         *,
         name: str | None = None,
         high: float = 0.85,
@@ -65,17 +73,16 @@ class Tier(ABC):
             raise ConfigError(f"tier capacity must be a positive number of bytes, got {capacity!r}")
         if not 0.0 < low <= high <= 1.0:
             raise ConfigError(f"watermarks need 0 < low <= high <= 1, got low={low}, high={high}")
+        # Limits the engine's Slot enforces; the tier only carries them.
         self.capacity = capacity
         self.high = high
         self.low = low
+        self.policy_spec = policy
         self.name = name or self.kind
-        self.policy = make_policy(policy) if isinstance(policy, str) else policy
-        self.used_bytes = 0
-        self.evictions = 0
-        self.hits = 0
+        self.used_bytes = 0  # changed only by the tier, as it stores and drops blocks
         self.corrupt = 0  # blocks that failed verification, were dropped and counted as misses
         self.codec: Codec | None = None  # set by tiers that store encoded blobs
-        # Token bytes per block, which encoded headers carry: the cache sets it from block_size.
+        # Token bytes per block, which encoded headers carry: the engine sets it from block_size.
         self.token_bytes = 1024
 
     # --- storage, implemented by each backend -------------------------------------------------
@@ -131,7 +138,7 @@ class Tier(ABC):
         """False only where the key is surely absent; no I/O (slow tiers answer from memory)."""
         return self.contains_many(keys)
 
-    # --- blob passthrough: tiers with a codec move encoded blocks without re-encoding them -----
+    # --- blob passthrough (``codec`` is not None) ----------------------------------------------
     def get_blob(self, key: Hashable) -> bytes | None:
         raise NotImplementedError(f"tier {self.name!r} does not store encoded blocks")
 
@@ -155,36 +162,23 @@ class Tier(ABC):
         self.delete(key)
 
     def adopt(self, key: Hashable, nbytes: int) -> None:
-        """Start charging for a block found in shared storage (written by another process)."""
+        """Start charging for a block found in shared storage (``persistent`` tiers only)."""
+        raise NotImplementedError(f"tier {self.name!r} is not persistent: it cannot adopt blocks")
 
     @property
     def healthy(self) -> bool:
-        """False while the backend is unreachable: the cache then skips the tier."""
+        """False while the backend is unreachable: the engine then skips the tier."""
         return True
-
-    # --- watermarks -------------------------------------------------------------------------------
-    def over_high(self) -> bool:
-        return self.used_bytes > self.high * self.capacity
-
-    def bytes_over_low(self) -> int:
-        """Bytes to free to come back down to the low watermark."""
-        return max(0, self.used_bytes - int(self.low * self.capacity))
-
-    def free_bytes(self) -> int:
-        return self.capacity - self.used_bytes
 
     def close(self) -> None:
         """Release resources; further use is undefined."""
 
     def stats(self) -> dict[str, Any]:
+        """What the storage knows; the engine's Slot adds policy, limits and event counters."""
         return {
             "kind": self.kind,
-            "policy": self.policy.name,
             "blocks": len(self),
             "bytes": self.used_bytes,
-            "capacity": self.capacity,
-            "hits": self.hits,
-            "evictions": self.evictions,
             "corrupt": self.corrupt,
             "healthy": self.healthy,
         }

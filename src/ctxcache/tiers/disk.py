@@ -14,8 +14,8 @@ absent keys cost no I/O (no Bloom filter needed).
 
 One process owns a directory at a time (an exclusive ``flock`` on LOCK; a second opener gets a
 ConfigError); the lock dies with its process, so a SIGKILLed owner leaves nothing to clean but
-temp files, which the next owner removes. Thread-safe: one lock guards the index and counters;
-file I/O happens outside it.
+temp files, which the next owner removes. Thread-safe: the key -> size index and its lock are BlobTier's;
+file I/O happens outside the lock.
 """
 
 from __future__ import annotations
@@ -23,19 +23,18 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..codec import FIXED_HEADER_SIZE, Block, Codec, header_length, read_header
+from ..codec import FIXED_HEADER_SIZE, Block, header_length, read_header
 from ..errors import ConfigError, CorruptBlockError
-from .base import NO_META, BlockMeta, Tier, key_bytes
+from .base import key_bytes
+from .blob import BlobTier
 
 
-class DiskTier(Tier):
+class DiskTier(BlobTier):
     kind = "disk"
-    slow = True
-    persistent = True
 
     def __init__(
         self,
@@ -43,16 +42,12 @@ class DiskTier(Tier):
         policy: Any = "lru",
         *,
         path: str | os.PathLike[str] | None = None,
-        codec: str = "raw",
-        compression: str = "none",
-        compression_level: int | None = None,
         fsync: bool = True,
         **kw: Any,
     ) -> None:
         super().__init__(capacity, policy, **kw)
         if path is None:
             raise ConfigError("a disk tier needs a 'path' (a directory it may own)")
-        self.codec = self._codec = Codec(codec, compression, compression_level)
         self.fsync = bool(fsync)
         self.root = Path(path).expanduser()
         self._blocks, self._tmp = self.root / "blocks", self.root / "tmp"
@@ -67,8 +62,6 @@ class DiskTier(Tier):
         except OSError:
             os.close(self._lock_fd)
             raise ConfigError(f"disk tier path {str(self.root)!r} is in use by another process") from None
-        self._lock = threading.Lock()
-        self._index: dict[bytes, int] = {}  # key -> file size, oldest first
         self.recovered = 0
         self._rebuild()
 
@@ -86,8 +79,7 @@ class DiskTier(Tier):
                 else:
                     found.append(entry)
         for _, key, size in sorted(found):
-            self._index[key] = size
-            self.used_bytes += size
+            self._charge(key, size)
         self.recovered = len(found)
 
     def _check(self, f: Path) -> tuple[int, bytes, int] | None:
@@ -132,16 +124,11 @@ class DiskTier(Tier):
             tmp.unlink(missing_ok=True)
             raise
         size = len(memoryview(blob))
-        with self._lock:
-            self.used_bytes += size - self._index.pop(kb, 0)
-            self._index[kb] = size
+        self._charge(kb, size)
         return size
 
     def _drop(self, kb: bytes, unlink: bool) -> bool:
-        with self._lock:
-            size = self._index.pop(kb, None)
-            if size is not None:
-                self.used_bytes -= size
+        size = self._charge(kb, None)
         if unlink:
             try:
                 self._path(kb).unlink()
@@ -164,10 +151,6 @@ class DiskTier(Tier):
             return None
 
     # --- the Tier interface -----------------------------------------------------------------------
-    def get(self, key: Hashable) -> Any | None:
-        got = self._verified(key_bytes(key))
-        return None if got is None else got[0].payload
-
     def load_many(self, keys: Sequence[Hashable], tokens: Sequence[bytes | None]) -> list[Block | None]:
         out: list[Block | None] = []
         for key, want in zip(keys, tokens):
@@ -179,10 +162,6 @@ class DiskTier(Tier):
         got = self._verified(key_bytes(key))
         return None if got is None else got[1]
 
-    def put(self, key: Hashable, payload: Any, meta: BlockMeta = NO_META) -> int:
-        kb = key_bytes(key)
-        return self._write(kb, self._codec.encode(payload, kb, meta.tokens, meta.parent, meta.depth))
-
     def put_blob(self, key: Hashable, blob: bytes) -> int:
         return self._write(key_bytes(key), blob)
 
@@ -192,25 +171,6 @@ class DiskTier(Tier):
     def forget(self, key: Hashable) -> None:
         self._drop(key_bytes(key), unlink=False)
 
-    def size_of(self, payload: Any) -> int:
-        return self._codec.encoded_size(payload, 16, self.token_bytes)
-
-    def nbytes(self, key: Hashable) -> int:
-        return self._index.get(key_bytes(key), 0)
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, (bytes, str)) and key_bytes(key) in self._index
-
-    def contains_many(self, keys: Any) -> list[bool]:
-        return [k in self for k in keys]
-
-    def __len__(self) -> int:
-        return len(self._index)
-
-    def keys(self) -> Iterator[Hashable]:
-        with self._lock:
-            return iter(list(self._index))
-
     def close(self) -> None:
         if self._lock_fd >= 0:
             os.close(self._lock_fd)  # releases the flock
@@ -218,5 +178,5 @@ class DiskTier(Tier):
 
     def stats(self) -> dict[str, Any]:
         out = super().stats()
-        out.update(path=str(self.root), codec=self._codec.mode, recovered=self.recovered)
+        out.update(path=str(self.root), recovered=self.recovered)
         return out

@@ -4,7 +4,7 @@ Hot mode keeps the objects the caller stored and hands them back without copies;
 their measured size. Warm mode keeps each block encoded by the codec (optionally fp16/k16v8/int8
 and compressed), so RAM holds more context per byte, and decodes on every load (zero-copy for
 mode raw): a load is verified (checksum, key, token bytes) like one from disk.
-Memory tiers are not thread-safe; the ContextCache only touches them under its lock.
+Memory tiers are not thread-safe; the engine only touches them under its lock.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ one timeout. The first connection error marks the tier unhealthy: from then on i
 call at once (misses, refused writes) and a background thread retries the connection every
 ``retry_interval`` seconds; a request never fails because Redis is down.
 
-Accounting is local: ``used_bytes`` counts the blocks this process wrote or found and is charging
+Accounting is local (BlobTier's key -> size index): ``used_bytes`` counts the blocks this process wrote or found and is charging
 for, which is what ``capacity`` bounds; blocks other processes keep alive are theirs to evict, and
 TTLs and the server's maxmemory policy bound the whole store. A Bloom filter over the prefix's
 keys (rebuilt by SCAN at connect and every ``bloom_refresh`` seconds, see bloom.py) answers "surely
@@ -21,14 +21,15 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..codec import Block, Codec
-from ..config import parse_duration
+from ..codec import Block
 from ..errors import ConfigError, CorruptBlockError, MissingDependencyError, TierUnavailableError
-from .base import NO_META, BlockMeta, Tier, key_bytes
+from ..units import parse_duration
+from .base import key_bytes
+from .blob import BlobTier
 from .bloom import KeyFilter
 
 _redis: Any
@@ -47,10 +48,8 @@ except ImportError:  # reported when a redis tier is configured; the rest of ctx
     _redis, _DOWN = None, (OSError,)
 
 
-class RedisTier(Tier):
+class RedisTier(BlobTier):
     kind = "redis"
-    slow = True
-    persistent = True
 
     def __init__(
         self,
@@ -67,9 +66,6 @@ class RedisTier(Tier):
         bloom_items: int = 1_000_000,
         bloom_fpr: float = 0.01,
         bloom_refresh: float | str = 300.0,
-        codec: str = "raw",
-        compression: str = "none",
-        compression_level: int | None = None,
         **kw: Any,
     ) -> None:
         super().__init__(capacity, policy, **kw)
@@ -82,13 +78,10 @@ class RedisTier(Tier):
         self.timeout = parse_duration(timeout, "timeout")
         self.retry_interval = parse_duration(retry_interval, "retry_interval")
         self.bloom_refresh = parse_duration(bloom_refresh, "bloom_refresh")
-        self.codec = self._codec = Codec(codec, compression, compression_level)
         try:
             self.filter = KeyFilter(bloom_items, bloom_fpr) if bloom else None
         except ValueError as exc:
             raise ConfigError(f"redis tier: {exc}") from None
-        self._lock = threading.Lock()
-        self._known: dict[bytes, int] = {}  # keys this process charges for -> blob size
         self._client: Any = None
         self._healthy = False
         self.errors = self.reconnects = self.round_trips = 0
@@ -150,7 +143,7 @@ class RedisTier(Tier):
         pattern = re.sub(rb"([*?\[\]\\])", rb"\\\1", self.prefix) + b"*"
         n = len(self.prefix)
         try:
-            self.filter.rebuild((k[n:] for k in self._client.scan_iter(match=pattern, count=1000)), len(self._known))
+            self.filter.rebuild((k[n:] for k in self._client.scan_iter(match=pattern, count=1000)), len(self._sizes))
         except Exception as exc:  # noqa: BLE001
             self._fail(exc)
 
@@ -208,13 +201,6 @@ class RedisTier(Tier):
             raise down
         return res
 
-    def _set_known(self, kb: bytes, size: int | None) -> None:
-        with self._lock:
-            self.used_bytes -= self._known.pop(kb, 0)
-            if size is not None:
-                self._known[kb] = size
-                self.used_bytes += size
-
     def load_many(self, keys: Sequence[Hashable], tokens: Sequence[bytes | None]) -> list[Block | None]:
         kbs = [key_bytes(k) for k in keys]
         blobs = self._pipeline(("get", (self.prefix + kb,), {}) for kb in kbs)
@@ -231,15 +217,11 @@ class RedisTier(Tier):
                     self.corrupt += 1
                     bad.append(kb)
             if block is None:
-                self._set_known(kb, None)  # gone (expired, evicted by the server) or bad
+                self._charge(kb, None)  # gone (expired, evicted by the server) or bad
             out.append(None if block is None or (want is not None and block.tokens != want) else block)
         if bad:
             self._pipeline(("delete", (self.prefix + kb,), {}) for kb in bad)
         return out
-
-    def get(self, key: Hashable) -> Any | None:
-        block = self.load_many([key], [None])[0]
-        return None if block is None else block.payload
 
     def get_blob(self, key: Hashable) -> bytes | None:
         kb = key_bytes(key)
@@ -260,7 +242,7 @@ class RedisTier(Tier):
         ok = [r is True for r in res] if res is not None else [False] * len(items)
         for kb, (_, blob), good in zip(kbs, items, ok):
             if good:
-                self._set_known(kb, len(blob))
+                self._charge(kb, len(blob))
                 if self.filter is not None:
                     self.filter.add(kb)
         return ok
@@ -270,15 +252,11 @@ class RedisTier(Tier):
             raise TierUnavailableError(f"redis tier {self.name!r}: write failed (server unreachable?)")
         return len(blob)
 
-    def put(self, key: Hashable, payload: Any, meta: BlockMeta = NO_META) -> int:
-        kb = key_bytes(key)
-        return self.put_blob(kb, self._codec.encode(payload, kb, meta.tokens, meta.parent, meta.depth))
-
     def delete_many(self, keys: Iterable[Hashable]) -> int:
         kbs = [key_bytes(k) for k in keys]
         res = self._pipeline(("delete", (self.prefix + kb,), {}) for kb in kbs)
         for kb in kbs:
-            self._set_known(kb, None)
+            self._charge(kb, None)
         return sum(r == 1 for r in res) if res else 0
 
     def delete(self, key: Hashable) -> bool:
@@ -290,31 +268,6 @@ class RedisTier(Tier):
         if self.filter is None:
             return [True] * len(keys)
         return self.filter.might_contain_many([key_bytes(k) for k in keys])
-
-    # --- local bookkeeping ---------------------------------------------------------------------------
-    def forget(self, key: Hashable) -> None:
-        self._set_known(key_bytes(key), None)
-
-    def adopt(self, key: Hashable, nbytes: int) -> None:
-        kb = key_bytes(key)
-        if kb not in self._known:
-            self._set_known(kb, nbytes)
-
-    def size_of(self, payload: Any) -> int:
-        return self._codec.encoded_size(payload, 16, self.token_bytes)
-
-    def nbytes(self, key: Hashable) -> int:
-        return self._known.get(key_bytes(key), 0)
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, (bytes, str)) and key_bytes(key) in self._known
-
-    def __len__(self) -> int:
-        return len(self._known)
-
-    def keys(self) -> Iterator[Hashable]:
-        with self._lock:
-            return iter(list(self._known))
 
     def close(self) -> None:
         self._stop.set()
@@ -331,7 +284,6 @@ class RedisTier(Tier):
         out.update(
             url=f"{host.scheme}://{host.hostname}:{host.port}",  # no credentials in stats
             cluster=self.cluster,
-            codec=self._codec.mode,
             ttl=self.ttl,
             errors=self.errors,
             reconnects=self.reconnects,

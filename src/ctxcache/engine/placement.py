@@ -1,4 +1,4 @@
-"""Hierarchy: which tier holds each block, and how blocks move between tiers.
+"""Placement: which tier holds each block, and how blocks move between tiers.
 
 ``Node.tier`` is the fastest tier holding a block: loads go there. Slower tiers may hold clean
 copies (a block promoted out of a slow tier keeps its copy there, so demoting it again costs no
@@ -7,9 +7,10 @@ repairs it. Each tier's policy tracks what that tier holds, copies included; per
 also hold orphans, blocks the index does not know (left by an earlier run), which are evicted (or
 written back) like any other block.
 
-Room is made with logical byte counts (``used``): a tier's own count plus writes queued into it
-minus blocks queued to leave it, so decisions never wait for the mover. Every method runs under
-the cache's lock.
+Room is made with logical byte counts (``Slot.used``): a tier's own count plus writes queued into
+it minus blocks queued to leave it, so decisions never wait for the mover. Every event goes
+through the tier's ``Slot`` (policy and counters) and the engine's ``Counters``; every method
+runs under the engine's lock.
 """
 
 from __future__ import annotations
@@ -18,14 +19,13 @@ import threading
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
-import numpy as np
-
 from ..codec import Block
 from ..errors import PayloadError
 from ..index import Node, RadixIndex
-from ..keys import BlockHasher, Namespace
-from .base import NO_META, BlockMeta, Tier
+from ..keys import Prompt
+from ..tiers import NO_META, BlockMeta
 from .mover import Move, Mover
+from .slot import Counters, Slot
 
 LOST = -1
 DISCOVER_BATCH = 32  # blocks probed per round trip when looking for blocks the index lacks
@@ -36,27 +36,28 @@ def meta_of(node: Node) -> BlockMeta:
     return BlockMeta(node.tokens, parent, node.depth)
 
 
-class Hierarchy:
+class Placement:
     def __init__(
         self,
-        tiers: Sequence[Tier],
+        slots: Sequence[Slot],
         index: RadixIndex,
         lock: threading.RLock,
-        counters: dict[str, int],
+        counters: Counters,
         *,
         promote: bool = True,
         write_buffer: int = 256 << 20,
     ) -> None:
-        self.tiers = list(tiers)
+        self.slots = list(slots)
+        self.tiers = [s.tier for s in self.slots]
         self.index = index
         self.c = counters
-        self.last = len(self.tiers) - 1
+        self.last = len(self.slots) - 1
         self.promote = promote
         self.write_buffer = write_buffer
-        self.mover = Mover(self.tiers, lock, self._moved)
+        self.mover = Mover(self.slots, lock, self._moved)
         self.persistent = [t for t, tier in enumerate(self.tiers) if tier.persistent]
         self.all_memory = not any(t.slow or t.persistent for t in self.tiers)
-        self._can = [self._can_evict(t) for t in range(len(self.tiers))]
+        self._can = [self._can_evict(t) for t in range(len(self.slots))]
 
     def _can_evict(self, t: int) -> Callable[[Any], bool]:
         if self.all_memory:  # no copies, orphans or moves in flight: the index decides alone
@@ -75,36 +76,33 @@ class Hierarchy:
 
     # --- accounting ----------------------------------------------------------------------------------
     def used(self, t: int) -> int:
-        return self.tiers[t].used_bytes + self.mover.inflow[t] - self.mover.outflow[t]
-
-    def free(self, t: int) -> int:
-        return self.tiers[t].capacity - self.used(t)
+        return self.slots[t].used()
 
     def room(self, t: int, size: int) -> bool:
         """Make room for ``size`` bytes in tier ``t``; False if it cannot be made."""
-        free = self.free(t)
-        return size <= free or (size <= self.tiers[t].capacity and self.make_room(t, size - free))
+        free = self.slots[t].free()
+        return size <= free or (size <= self.slots[t].capacity and self.make_room(t, size - free))
 
     def drain(self) -> None:
         """Bring every tier above its high watermark back down to its low one."""
-        for t, tier in enumerate(self.tiers):
-            used = self.used(t)
-            if used > tier.high * tier.capacity:
-                self.make_room(t, used - int(tier.low * tier.capacity))
+        for t, slot in enumerate(self.slots):
+            excess = slot.over_high()
+            if excess:
+                self.make_room(t, excess)
 
     # --- leaving a tier ------------------------------------------------------------------------------
     def make_room(self, t: int, nbytes: int) -> bool:
         """Demote or evict from tier ``t`` until ``nbytes`` are freed. False if it could not."""
-        tier, can = self.tiers[t], self._can[t]
-        goal = self.used(t) - nbytes
-        while self.used(t) > goal:
-            key = tier.policy.evict(can)
+        slot, can = self.slots[t], self._can[t]
+        goal = slot.used() - nbytes
+        while slot.used() > goal:
+            key = slot.victim(can)
             if key is None:
                 return False
             if not self._leave(t, key):
-                tier.policy.on_insert(key)  # no room below and still needed: it stays
+                slot.admit(key)  # no room below and still needed: it stays
                 return False
-            tier.evictions += 1
+            slot.evicted()
         return True
 
     def _leave(self, t: int, key: Hashable) -> bool:
@@ -116,7 +114,7 @@ class Hierarchy:
                 return False
             self._drop(t, key)
             self.index.remove(key)
-            self.c["evictions"] += 1
+            self.c.evictions += 1
             self.prune(node.parent)
             return True
         if node is None and t < self.last and self._demote(t, key, None):
@@ -141,7 +139,7 @@ class Hierarchy:
                     break
             except PayloadError:  # a hot payload the slow tier's codec cannot encode: it stays
                 continue
-            tier.policy.on_remove(key)
+            self.slots[t].drop(key)
             moved += 1
         return moved
 
@@ -158,7 +156,7 @@ class Hierarchy:
         src, dst = self.tiers[t], self.tiers[d]
         if not dst.healthy:
             return False
-        if key in dst.policy:  # a clean copy is already there: nothing to write
+        if self.slots[d].holds(key):  # a clean copy is already there: nothing to write
             self._drop(t, key)
         else:
             payload: Any = None
@@ -185,7 +183,7 @@ class Hierarchy:
             if dst.slow:
                 held = 0 if src.slow else size
                 if held and self.mover.buffered + held > self.write_buffer:
-                    self.c["demotions_skipped"] += 1  # the write buffer is full: never wait for it
+                    self.c.demotions_skipped += 1  # the write buffer is full: never wait for it
                     return False
                 release = src.nbytes(key) if src.slow else 0
                 self.mover.submit(Move(key, t, d, meta, payload, blob, size, release, held, delete_src=src.slow))
@@ -197,10 +195,10 @@ class Hierarchy:
                 else:
                     dst.put(key, payload, meta)
                 src.delete(key)
-            dst.policy.on_insert(key)
+            self.slots[d].admit(key)
         if node is not None:
             node.tier = d
-        self.c["demotions"] += 1
+        self.c.demotions += 1
         return True
 
     # --- entering a tier -----------------------------------------------------------------------------
@@ -230,20 +228,21 @@ class Hierarchy:
         if (top.slow and self.mover.buffered + size > self.write_buffer) or not self.room(0, size):
             return
         self.place(0, node, payload, size)
-        top.policy.on_insert(node.key)
+        self.slots[0].admit(node.key)
         src = self.tiers[t]
         if not src.slow:
             src.delete(node.key)
-            src.policy.on_remove(node.key)
-        self.c["promotions"] += 1
+            self.slots[t].drop(node.key)
+        self.c.promotions += 1
 
     # --- blocks the index does not know ------------------------------------------------------------
-    def discover(self, hasher: BlockHasher, arr: np.ndarray, ns: Namespace, start: int) -> list[tuple[int, Block]]:
+    def discover(self, prompt: Prompt, start: int) -> list[tuple[int, Block]]:
         """Lock released: blocks ``start``.. that persistent tiers hold but the index does not know
-        (written before a restart, or by another process). Keys come from the request's tokens;
-        each tier's filter skips sure misses without I/O; each block's stored tokens must match."""
-        blocks = hasher.block_bytes(arr)
-        keys = list(hasher.iter_keys(blocks, ns, start))
+        (written before a restart, or by another process). Keys come from the request's prompt
+        (hashed once per request); each tier's filter skips sure misses without I/O; each block's
+        stored tokens must match."""
+        keys = prompt.keys()[start:]
+        blocks = [prompt.block(i) for i in range(prompt.n_blocks)]
         tiers = [t for t in self.persistent if self.tiers[t].healthy]
         out: list[tuple[int, Block]] = []
         for b0 in range(0, len(keys), DISCOVER_BATCH):
@@ -284,12 +283,11 @@ class Hierarchy:
                 return
             elif node.tier == LOST:
                 node.tier = t
-            tier = self.tiers[t]
-            if node.tier == t and key not in tier.policy:
-                tier.policy.on_insert(key)
-                tier.adopt(key, block.nbytes)
+            if node.tier == t and not self.slots[t].holds(key):
+                self.slots[t].admit(key)
+                self.tiers[t].adopt(key, block.nbytes)
             self.index.pin([node])
-            self.c["discovered"] += 1
+            self.c.discovered += 1
             yield node, block.payload, t
             parent, depth = key, depth + 1
 
@@ -298,11 +296,10 @@ class Hierarchy:
         """A load of ``node`` from tier ``t`` failed (missing, corrupt, unreachable)."""
         if node.tier != t or node.key in self.mover.pending:
             return  # already handled, or in flight (the mover reports the outcome)
-        tier = self.tiers[t]
-        tier.policy.on_remove(node.key)
-        tier.forget(node.key)
+        self.slots[t].drop(node.key)
+        self.tiers[t].forget(node.key)
         node.tier = LOST
-        self.c["lost"] += 1
+        self.c.lost += 1
         self.prune(node.key)
 
     def prune(self, key: Hashable) -> None:
@@ -320,17 +317,16 @@ class Hierarchy:
         """The mover's report, under the lock. Only failed writes need anything done."""
         if m.dst is None or m.ok:
             return
-        self.c["write_errors"] += 1
-        dst = self.tiers[m.dst]
-        dst.policy.on_remove(m.key)
-        dst.forget(m.key)
+        self.c.write_errors += 1
+        self.slots[m.dst].drop(m.key)
+        self.tiers[m.dst].forget(m.key)
         node = self.index.get(m.key)
-        src = self.tiers[m.src] if m.src is not None else None
-        if src is not None and src.slow and m.key in src:  # still where it was: it stays there
-            src.policy.on_insert(m.key)
+        src = self.slots[m.src] if m.src is not None else None
+        if src is not None and src.slow and m.key in src.tier:  # still where it was: it stays there
+            src.admit(m.key)
             if node is not None and node.tier == m.dst:
                 node.tier = m.src if m.src is not None else LOST
         elif node is not None and node.tier == m.dst:
             node.tier = LOST
-            self.c["lost"] += 1
+            self.c.lost += 1
             self.prune(m.key)

@@ -1,6 +1,6 @@
 """The mover: a background thread that performs every write to and delete from slow tiers.
 
-The cache decides what moves under its lock and queues a ``Move``; the mover encodes, writes and
+The engine decides what moves under its lock and queues a ``Move``; the mover encodes, writes and
 deletes outside the lock, then reports back under the lock. So requests never wait on disk or
 network writes, and a slow tier has one writer: moves run in queue order, so a delete and a
 later rewrite of the same key can never swap.
@@ -8,11 +8,11 @@ later rewrite of the same key can never swap.
 Until a move completes, its block stays readable: a move that carries its payload (a demotion
 out of RAM, a store into a slow top tier) serves lookups from the queue; a move between slow
 tiers leaves the block in its source tier until the destination has it. Byte accounting follows
-the logical state at once: ``inflow[t]`` is reserved for writes queued into tier t, ``outflow[t]``
-for blocks queued to leave it, and ``buffered`` is the RAM the queued payloads hold, which the
-cache bounds (``write_buffer``).
+the logical state at once: each slot's ``inflow`` is reserved for writes queued into its tier,
+``outflow`` for blocks queued to leave it (through ``Slot.reserve``, the slot's own accounting),
+and ``buffered`` is the RAM the queued payloads hold, which the engine bounds (``write_buffer``).
 
-All fields are guarded by the cache's lock (``lock``), which the mover shares.
+All fields are guarded by the engine's lock (``lock``), which the mover shares.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import BlockMeta, Tier, key_bytes
+from ..tiers import BlockMeta, Tier
+from ..tiers.base import key_bytes
+from .slot import Slot
 
 BATCH = 32  # moves written in one call (one pipeline round trip for Redis)
 
@@ -39,22 +41,21 @@ class Move:
     meta: BlockMeta
     payload: Any = None  # the block in RAM, or None: read it from src
     blob: bytes | None = None  # already encoded with dst's codec (warm RAM -> slow)
-    reserve: int = 0  # bytes charged to inflow[dst]
-    release: int = 0  # bytes charged to outflow[src]
+    reserve: int = 0  # bytes charged to the inflow of slot dst
+    release: int = 0  # bytes charged to the outflow of slot src
     buffered: int = 0  # RAM held by payload/blob until done
     delete_src: bool = False
     ok: bool = False
 
 
 class Mover:
-    def __init__(self, tiers: Sequence[Tier], lock: threading.RLock, done: Callable[[Move], None]) -> None:
-        self.tiers = list(tiers)
+    def __init__(self, slots: Sequence[Slot], lock: threading.RLock, done: Callable[[Move], None]) -> None:
+        self.slots = list(slots)
+        self.tiers = [s.tier for s in slots]
         self.lock = lock
         self.done = done  # called under the lock with each finished move (ok set)
         self.queue: collections.deque[Move] = collections.deque()
         self.pending: dict[Hashable, Move] = {}  # latest queued move per key
-        self.inflow = [0] * len(tiers)
-        self.outflow = [0] * len(tiers)
         self.buffered = 0
         self.busy = 0  # moves taken off the queue, not yet reported
         self.errors = 0
@@ -67,9 +68,9 @@ class Mover:
     def submit(self, move: Move) -> None:
         """Queue a move (caller holds the lock) and charge its bytes."""
         if move.dst is not None:
-            self.inflow[move.dst] += move.reserve
+            self.slots[move.dst].reserve(move.reserve, 0)
         if move.src is not None:
-            self.outflow[move.src] += move.release
+            self.slots[move.src].reserve(0, move.release)
         self.buffered += move.buffered
         self.queue.append(move)
         self.pending[move.key] = move
@@ -125,9 +126,9 @@ class Mover:
 
     def _finish(self, m: Move) -> None:
         if m.dst is not None:
-            self.inflow[m.dst] -= m.reserve
+            self.slots[m.dst].reserve(-m.reserve, 0)
         if m.src is not None:
-            self.outflow[m.src] -= m.release
+            self.slots[m.src].reserve(0, -m.release)
         self.buffered -= m.buffered
         if self.pending.get(m.key) is m:
             del self.pending[m.key]

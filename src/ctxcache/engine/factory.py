@@ -1,0 +1,70 @@
+"""From configuration to slots: build each tier of a config, and give each tier its policy.
+
+The only module of the engine that reads the config schema (``config.TierConfig``), so tiers
+stay storage only and the engine core takes plain objects.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+
+from ..config import TierConfig
+from ..errors import ConfigError, UnknownTierError
+from ..policies import Policy, make_policy
+from ..tiers import TIERS, Tier
+from ..units import Clock
+from .slot import Slot
+
+
+def make_tier(i: int, tc: TierConfig, block_size: int, clock: Clock) -> Tier:
+    """Build tier ``i`` of a config, with errors that name the tier and list the keys it takes."""
+    tier_cls = TIERS.get(tc.kind)
+    if tier_cls is None:
+        raise UnknownTierError(f"tiers[{i}]: unknown kind {tc.kind!r}; known: {', '.join(TIERS)}")  # fastest first
+    min_bytes = block_size * 4
+    if tc.capacity < min_bytes:
+        raise ConfigError(
+            f"tiers[{i}] capacity {tc.capacity} B is smaller than one block "
+            f"({block_size} tokens need at least {min_bytes} B)"
+        )
+    policy = make_policy_for(i, tc.policy, clock)  # before the tier: a bad policy opens nothing
+    known = {p for c in tier_cls.__mro__ if issubclass(c, Tier) for p in inspect.signature(c).parameters}
+    unknown = set(tc.options) - known
+    if unknown:
+        raise ConfigError(
+            f"tiers[{i}] ({tc.kind}): unknown keys {sorted(unknown)}; "
+            f"known: {sorted(known - {'capacity', 'policy', 'kw', 'high', 'low'})}"
+        )
+    try:
+        return tier_cls(tc.capacity, policy, high=tc.high, low=tc.low, **tc.options)
+    except TypeError as exc:
+        raise ConfigError(f"tiers[{i}] ({tc.kind}): {exc}") from None
+
+
+def make_policy_for(i: int, spec: object, clock: Clock) -> Policy:
+    """The policy a tier asked for: a Policy object as given, or one built from a name or mapping
+    (driven by ``clock``). Offline policies need the future and run in the simulator only."""
+    if isinstance(spec, Policy):
+        policy = spec
+    elif isinstance(spec, (str, Mapping)):
+        policy = make_policy(spec, clock=clock)
+    else:
+        raise ConfigError(f"tiers[{i}]: policy must be a name, a mapping or a Policy, not {type(spec).__name__}")
+    if policy.offline:
+        raise ConfigError(f"tiers[{i}]: policy {policy.name!r} needs the future; it runs in the simulator only")
+    return policy
+
+
+def make_slots(tiers: Sequence[Tier], clock: Clock, block_size: int) -> list[Slot]:
+    """One slot per tier, fastest first (the order is checked here)."""
+    if not tiers:
+        raise ConfigError("a ContextCache needs at least one tier")
+    kinds = [t.slow for t in tiers]
+    if kinds != sorted(kinds):
+        raise ConfigError("tiers go fastest first: every memory tier before any disk or redis tier")
+    slots = []
+    for i, tier in enumerate(tiers):
+        tier.token_bytes = 4 * block_size
+        slots.append(Slot(i, tier, make_policy_for(i, tier.policy_spec, clock)))
+    return slots

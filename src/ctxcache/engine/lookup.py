@@ -1,0 +1,193 @@
+"""The lookup: find, load and pin the longest cached prefix of a prompt, from any tier.
+
+Up to three phases. Under the lock: walk the index (hashing lazily, verifying token bytes), then
+``plan``: serve what RAM tiers and the mover's queue hold, list what slow tiers must read. If
+nothing is slow and nothing may be missing from the index, ``finish`` there. Otherwise pin what
+matched, release the lock, ``read`` from slow tiers and ``discover`` blocks persistent tiers hold
+that the index lacks; then under the lock again ``resolve`` (losses, discovered blocks,
+promotions, unpin) and ``finish``. One RAM tier of live objects takes ``finish_simple``, the hot
+path: one batch call per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..codec import Block
+from ..index import Node
+from ..keys import Namespace, Prompt
+from ..usage import Usage
+from .placement import LOST
+
+if TYPE_CHECKING:
+    from .core import Engine
+
+
+@dataclass
+class Match:
+    """The longest cached prefix of a request. Pins its blocks until released."""
+
+    hit_tokens: int
+    n_blocks: int
+    payloads: list[Any]
+    usage: Usage
+    namespace: Namespace
+    _nodes: list[Node] = field(default_factory=list, repr=False)
+    released: bool = False
+
+    def __enter__(self) -> Match:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.released:
+            self._cache.release(self)
+
+    _cache: Any = field(default=None, repr=False)
+
+    @property
+    def keys(self) -> list[Hashable]:
+        """Keys of the matched blocks, in order (what the lookup computed)."""
+        return [n.key for n in self._nodes]
+
+
+def lookup(e: Engine, prompt: Prompt) -> Match:
+    n_full = prompt.n_blocks
+    with e.lock:
+        nodes = e.hasher.walk(prompt, e.index.getter)
+        if e.simple:
+            return finish_simple(e, nodes, prompt, n_full)
+        payloads, src, reads = plan(e, nodes)
+        if not reads and not (e.placement.persistent and len(nodes) < n_full):
+            return finish(e, nodes, payloads, src, prompt, resolved=False)
+        e.index.pin(nodes)  # held while the lock is released for I/O
+    read(e, nodes, payloads, reads)
+    cut = payloads.index(None) if None in payloads else len(nodes)
+    found = e.placement.discover(prompt, cut) if e.placement.persistent and cut < n_full else []
+    with e.lock:
+        resolve(e, nodes, payloads, src, found, prompt.namespace)
+        return finish(e, nodes, payloads, src, prompt, resolved=True)
+
+
+def _count(e: Engine, n: int, n_full: int, n_tokens: int) -> int:
+    hit = n * e.block_size
+    c = e.counters
+    c.lookups += 1
+    c.hits += n
+    c.misses += n_full - n
+    c.hit_tokens += hit
+    c.lookup_tokens += n_tokens
+    return hit
+
+
+def finish_simple(e: Engine, nodes: list[Node], prompt: Prompt, n_full: int) -> Match:
+    """Under the lock, one RAM tier: the lookup hot path, one batch call per step."""
+    slot = e.slots[0]
+    keys = [n.key for n in nodes]
+    payloads = slot.tier.get_many(keys)
+    if None in payloads:  # unreadable: the prefix ends there
+        cut = payloads.index(None)
+        del nodes[cut:], keys[cut:], payloads[cut:]
+    n = len(nodes)
+    if n:
+        slot.touch(keys[::-1])  # deepest first: ancestors stay more recent
+        e.index.pin(nodes[-1:])  # the deepest pin protects the whole chain (see finish)
+    hit = _count(e, n, n_full, len(prompt))
+    usage = Usage(cache_read_tokens=hit, uncached_tokens=len(prompt) - hit, by_tier={slot.name: hit} if n else {})
+    return Match(hit, n, payloads, usage, prompt.namespace, nodes, _cache=e)
+
+
+def plan(e: Engine, nodes: list[Node]) -> tuple[list[Any], list[int], dict[int, list[int]]]:
+    """Under the lock: serve what RAM holds, list what slow tiers must read; cut at a loss."""
+    payloads: list[Any] = [None] * len(nodes)
+    src = [0] * len(nodes)
+    reads: dict[int, list[int]] = {}
+    pending = e.placement.mover.pending
+    for i, node in enumerate(nodes):
+        t = node.tier
+        m = pending.get(node.key)
+        if t == LOST:
+            del nodes[i:], payloads[i:], src[i:]
+            break
+        src[i] = t
+        tier = e.slots[t].tier
+        if m is not None and m.dst == t and m.payload is not None:
+            payloads[i] = m.payload  # queued for a slow tier: still readable from the queue
+        elif m is not None and m.dst == t and m.blob is not None and tier.codec is not None:
+            payloads[i] = tier.codec.decode(m.blob).payload
+        elif m is not None and m.dst == t and m.src is not None:
+            reads.setdefault(m.src, []).append(i)  # in flight between slow tiers: read the source
+        elif tier.slow:
+            reads.setdefault(t, []).append(i)
+        else:
+            block = tier.load_many([node.key], [node.tokens])[0]
+            if block is None:
+                e.placement.lose(node, t)
+                del nodes[i:], payloads[i:], src[i:]
+                break
+            payloads[i] = block.payload
+    return payloads, src, reads
+
+
+def read(e: Engine, nodes: list[Node], payloads: list[Any], reads: dict[int, list[int]]) -> None:
+    """Lock released: load from slow tiers. A failed block stays None in ``payloads``."""
+    for t, idxs in reads.items():
+        blocks = e.slots[t].tier.load_many([nodes[i].key for i in idxs], [nodes[i].tokens for i in idxs])
+        for i, block in zip(idxs, blocks):
+            if block is not None:
+                payloads[i] = block.payload
+
+
+def resolve(
+    e: Engine, nodes: list[Node], payloads: list[Any], src: list[int], found: list[tuple[int, Block]], ns: Namespace
+) -> None:
+    """Under the lock again: record losses, index discovered blocks, promote, unpin."""
+    pl = e.placement
+    pinned = list(nodes)
+    cut = payloads.index(None) if None in payloads else len(nodes)
+    for i in range(cut, len(nodes)):
+        if payloads[i] is None:
+            pl.lose(nodes[i], src[i])
+    del nodes[cut:], payloads[cut:], src[cut:]
+    for node, payload, t in pl.attach(found, nodes[-1].key if nodes else ns.root, len(nodes), ns.tenant):
+        pinned.append(node)
+        nodes.append(node)
+        payloads.append(payload)
+        src.append(t)
+    hits(e, nodes, src, check=True)
+    for i in range(len(nodes) - 1, -1, -1):  # deepest first, as for hits
+        if src[i] > 0:
+            pl.promote_hit(nodes[i], payloads[i], src[i])
+    e.index.unpin(pinned)
+    for node in pinned:
+        if node.tier == LOST:
+            pl.prune(node.key)
+
+
+def hits(e: Engine, nodes: list[Node], src: list[int], check: bool = False) -> None:
+    for t, slot in enumerate(e.slots):
+        # ``check``: after I/O a block may have been served by a tier whose policy has since
+        # dropped it (a concurrent eviction of a copy); policies only take hits for members.
+        mine = [n.key for n, s in zip(nodes, src) if s == t and (not check or slot.holds(n.key))]
+        if mine:
+            slot.touch(mine[::-1])  # deepest first: ancestors end up more recently used
+
+
+def finish(e: Engine, nodes: list[Node], payloads: list[Any], src: list[int], prompt: Prompt, resolved: bool) -> Match:
+    if None in payloads:  # unreadable (only possible in the single-tier path): the prefix ends
+        del nodes[payloads.index(None) :]
+        del payloads[len(nodes) :], src[len(nodes) :]
+    if not resolved:
+        hits(e, nodes, src)
+    if nodes:
+        # Pinning the deepest block is enough: its ancestors are not leaves, so none of
+        # the chain can leave the index until release.
+        e.index.pin(nodes[-1:])
+    by_tier: dict[str, int] = {}
+    for s in src:
+        name = e.slots[s].name
+        by_tier[name] = by_tier.get(name, 0) + e.block_size
+    hit = _count(e, len(nodes), prompt.n_blocks, len(prompt))
+    usage = Usage(cache_read_tokens=hit, uncached_tokens=len(prompt) - hit, by_tier=by_tier)
+    return Match(hit, len(nodes), payloads, usage, prompt.namespace, nodes, _cache=e)

@@ -1,0 +1,128 @@
+"""The store: place payloads for a prompt's full blocks into the top tier, making room below.
+
+Blocks before ``first_block`` must already be cached (normally: pinned by a Match). Blocks that
+are already cached are kept as they are; a cached block whose payload was lost (failed
+verification) is repaired. Storing stops at the first block that cannot be placed (no room, or a
+hash collision), since later blocks would be unreachable without it.
+
+Everything that can fail on a payload (measuring it, encoding it for a serialized top tier) runs
+before the lock is taken, so a bad payload stores nothing and the lock is never held for a copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import PayloadError
+from ..index import Node
+from ..keys import Prompt
+from ..usage import Usage
+from .placement import LOST
+
+if TYPE_CHECKING:
+    from .core import Engine
+
+
+def store(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int = 0) -> Usage:
+    _check(e, prompt, payloads, first_block)
+    keys = prompt.keys()
+    blobs = _encode(e, prompt, payloads, first_block)
+    sizes = _measure(e, payloads, blobs, first_block)
+    top, pl = e.slots[0], e.placement
+    with e.lock:
+        placed = _place(e, prompt, keys, payloads, blobs, sizes, first_block)
+        if placed is None:
+            return Usage()
+        top.admit_chain(node.key for node in reversed(placed))
+        e.counters.stores += 1
+        e.counters.stored_blocks += len(placed)
+        pl.drain()
+        backlog = top.slow and pl.mover.buffered > pl.write_buffer
+    if backlog:  # a slow top tier has no faster tier to absorb writes: wait, outside the lock
+        pl.mover.wait_buffer(pl.write_buffer)
+    created = len(placed) * e.block_size
+    return Usage(cache_creation_tokens=created, by_tier={top.name: created} if created else {})
+
+
+def _check(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int) -> None:
+    n = prompt.n_blocks
+    if not isinstance(first_block, int) or not 0 <= first_block <= n:
+        raise ValueError(f"first_block must be an int in [0, {n}] for {len(prompt)} tokens, got {first_block!r}")
+    if isinstance(payloads, (str, bytes)) or not isinstance(payloads, Sequence):
+        raise PayloadError(f"payloads must be a sequence (one per block), not {type(payloads).__name__}")
+    if len(payloads) != n - first_block:
+        raise PayloadError(
+            f"got {len(payloads)} payloads for blocks {first_block}..{n - 1} of {len(prompt)} tokens "
+            f"({n - first_block} full blocks of {e.block_size}); the trailing partial block is not stored"
+        )
+
+
+def _encode(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int) -> list[bytes | None]:
+    """Blobs for a serialized top tier (a payload the codec refuses raises PayloadError here)."""
+    codec = e.slots[0].codec
+    blobs: list[bytes | None] = [None] * len(payloads)
+    if codec is not None:
+        keys, root = prompt.keys(), prompt.namespace.root
+        for i in range(first_block, prompt.n_blocks):
+            parent_key = keys[i - 1] if i else root
+            blobs[i - first_block] = codec.encode(payloads[i - first_block], keys[i], prompt.block(i), parent_key, i)
+    return blobs
+
+
+def _measure(e: Engine, payloads: Sequence[Any], blobs: list[bytes | None], first_block: int) -> list[int]:
+    """Measure all first: a bad payload, or one larger than the top tier, stores nothing."""
+    top = e.slots[0]
+    sizes = [len(b) if b is not None else top.tier.size_of(p) for b, p in zip(blobs, payloads)]
+    for i, s in enumerate(sizes):
+        if s > top.capacity:
+            raise PayloadError(
+                f"block {first_block + i} is {s} B, larger than tier '{top.name}' capacity "
+                f"{top.capacity} B: the capacity is smaller than one block"
+            )
+    return sizes
+
+
+def _place(
+    e: Engine, prompt: Prompt, keys: list[bytes], payloads: Sequence[Any], blobs: list[bytes | None],
+    sizes: list[int], first_block: int,
+) -> list[Node] | None:  # fmt: skip
+    """Under the lock: insert and place each block, making room as it goes. None: the parent
+    block is not cached (nothing stored, the blocks counted as rejected)."""
+    n, c, index, ns = prompt.n_blocks, e.counters, e.index, prompt.namespace
+    parent: Hashable = ns.root
+    if first_block > 0:
+        pnode = index.get(keys[first_block - 1])
+        if pnode is None or pnode.tokens != prompt.block(first_block - 1):
+            c.rejected += n - first_block
+            return None
+        parent = pnode.key
+    placed: list[Node] = []
+    tail: Node | None = None  # pinned while its child is placed, so room-making can't evict it
+    try:
+        for i in range(first_block, n):
+            tokens = prompt.block(i)
+            node = index.get(keys[i])
+            if node is not None and node.tokens != tokens:
+                c.collisions += 1
+                break
+            if node is None or node.tier == LOST:
+                size = sizes[i - first_block]
+                if not e.placement.room(0, size):
+                    c.rejected += n - i
+                    break
+                if node is None:
+                    node = index.insert(keys[i], parent, tokens, i, tag=ns.tenant)
+                else:
+                    c.repaired += 1
+                e.placement.place(0, node, payloads[i - first_block], size, blobs[i - first_block])
+                placed.append(node)
+            if tail is not None:
+                index.unpin([tail])
+            index.pin([node])
+            tail = node
+            parent = node.key
+    finally:
+        if tail is not None:
+            index.unpin([tail])
+    return placed

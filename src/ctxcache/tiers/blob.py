@@ -1,0 +1,91 @@
+"""BlobTier: the shared base of tiers that keep codec blobs in external storage (disk, Redis).
+
+It owns the one piece of bookkeeping both need: which keys this process charges for and how many
+bytes each takes (``_sizes``), guarded by one lock, since slow tiers are called from the mover
+thread and from lookups at once. Subclasses do the I/O: ``load_many``, ``put_blobs`` (or
+``put_blob``), ``delete``; they call ``_charge`` when a key appears or goes. ``persistent`` tiers
+may ``adopt`` blocks found in storage that another run or process wrote.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable, Iterable, Iterator
+from typing import Any
+
+from ..codec import Codec
+from .base import NO_META, BlockMeta, Tier, key_bytes
+
+
+class BlobTier(Tier):
+    slow = True
+    persistent = True
+
+    def __init__(
+        self,
+        capacity: int,
+        policy: object = "lru",
+        *,
+        codec: str = "raw",
+        compression: str = "none",
+        compression_level: int | None = None,
+        **kw: Any,
+    ) -> None:
+        super().__init__(capacity, policy, **kw)
+        self.codec = self._codec = Codec(codec, compression, compression_level)
+        self._lock = threading.Lock()
+        self._sizes: dict[bytes, int] = {}  # key -> blob size, oldest first
+
+    # --- the one key -> size bookkeeping ------------------------------------------------------------
+    def _charge(self, kb: bytes, size: int | None) -> int | None:
+        """Charge ``size`` bytes for ``kb`` (None: stop charging). Returns the old charge."""
+        with self._lock:
+            old = self._sizes.pop(kb, None)
+            self.used_bytes -= old or 0
+            if size is not None:
+                self._sizes[kb] = size
+                self.used_bytes += size
+            return old
+
+    def forget(self, key: Hashable) -> None:
+        self._charge(key_bytes(key), None)
+
+    def adopt(self, key: Hashable, nbytes: int) -> None:
+        kb = key_bytes(key)
+        with self._lock:
+            if kb in self._sizes:
+                return
+        self._charge(kb, nbytes)
+
+    def nbytes(self, key: Hashable) -> int:
+        return self._sizes.get(key_bytes(key), 0)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, (bytes, str)) and key_bytes(key) in self._sizes
+
+    def contains_many(self, keys: Iterable[Hashable]) -> list[bool]:
+        return [k in self for k in keys]
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    def keys(self) -> Iterator[Hashable]:
+        with self._lock:
+            return iter(list(self._sizes))
+
+    # --- payloads through the codec ------------------------------------------------------------------
+    def size_of(self, payload: Any) -> int:
+        return self._codec.encoded_size(payload, 16, self.token_bytes)
+
+    def get(self, key: Hashable) -> Any | None:
+        block = self.load_many([key], [None])[0]
+        return None if block is None else block.payload
+
+    def put(self, key: Hashable, payload: Any, meta: BlockMeta = NO_META) -> int:
+        kb = key_bytes(key)
+        return self.put_blob(kb, self._codec.encode(payload, kb, meta.tokens, meta.parent, meta.depth))
+
+    def stats(self) -> dict[str, Any]:
+        out = super().stats()
+        out["codec"] = self._codec.mode
+        return out

@@ -1,0 +1,142 @@
+"""Fake tiers for tests of the engine and of anything built on it (as httpx's MockTransport is for
+clients): in-process dicts that obey the Tier contract, log every storage call, and fail on
+demand.
+
+- ``FakeTier``: a RAM tier of live objects.
+- ``FakeSlowTier``: a slow, persistent blob tier (raw codec), like disk or Redis without I/O.
+
+Both take ``on_call(name, keys)``, called before every storage operation (tests use it to assert,
+for instance, that a slow tier is never called under the engine's lock), keep ``calls`` (the
+operation names, in order), and fail on demand: keys in ``lose`` read as missing, and while
+``down`` is set a slow tier is unhealthy, reads miss and writes are refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from typing import Any
+
+from ..codec import Block
+from ..errors import CorruptBlockError
+from .base import NO_META, BlockMeta, Tier, key_bytes
+from .blob import BlobTier
+from .memory import payload_nbytes
+
+OnCall = Callable[[str, tuple[Hashable, ...]], None]
+
+
+class FakeTier(Tier):
+    kind = "fake"
+
+    def __init__(self, capacity: int, policy: object = "lru", *, on_call: OnCall | None = None, **kw: Any) -> None:
+        super().__init__(capacity, policy, **kw)
+        self.on_call = on_call
+        self.calls: list[str] = []
+        self.lose: set[Hashable] = set()
+        self._data: dict[Hashable, Any] = {}
+        self._sizes: dict[Hashable, int] = {}
+
+    def _call(self, name: str, *keys: Hashable) -> None:
+        self.calls.append(name)
+        if self.on_call is not None:
+            self.on_call(name, keys)
+
+    def get(self, key: Hashable) -> Any | None:
+        self._call("get", key)
+        return None if key in self.lose else self._data.get(key)
+
+    def put(self, key: Hashable, payload: Any, meta: BlockMeta = NO_META) -> int:
+        self._call("put", key)
+        size = payload_nbytes(payload)
+        self.used_bytes += size - self._sizes.get(key, 0)
+        self._data[key], self._sizes[key] = payload, size
+        return size
+
+    def delete(self, key: Hashable) -> bool:
+        self._call("delete", key)
+        if key not in self._data:
+            return False
+        del self._data[key]
+        self.used_bytes -= self._sizes.pop(key)
+        return True
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def keys(self) -> Iterator[Hashable]:
+        return iter(list(self._data))
+
+    def size_of(self, payload: Any) -> int:
+        return payload_nbytes(payload)
+
+    def nbytes(self, key: Hashable) -> int:
+        return self._sizes.get(key, 0)
+
+
+class FakeSlowTier(BlobTier):
+    kind = "fake-slow"
+
+    def __init__(self, capacity: int, policy: object = "lru", *, on_call: OnCall | None = None, **kw: Any) -> None:
+        super().__init__(capacity, policy, **kw)
+        self.on_call = on_call
+        self.calls: list[str] = []
+        self.lose: set[Hashable] = set()
+        self.down = False
+        self.store: dict[bytes, bytes] = {}  # "the backend": survives forget(), as disk files do
+
+    def _call(self, name: str, keys: Iterable[Hashable]) -> None:
+        self.calls.append(name)
+        if self.on_call is not None:
+            self.on_call(name, tuple(keys))
+
+    @property
+    def healthy(self) -> bool:
+        return not self.down
+
+    def load_many(self, keys: Sequence[Hashable], tokens: Sequence[bytes | None]) -> list[Block | None]:
+        self._call("load_many", keys)
+        out: list[Block | None] = []
+        for key, want in zip(keys, tokens):
+            kb = key_bytes(key)
+            blob = None if self.down or key in self.lose else self.store.get(kb)
+            block = None
+            if blob is not None:
+                try:
+                    block = self._codec.decode(blob, kb)
+                except CorruptBlockError:
+                    self.corrupt += 1
+            if block is None:
+                self._charge(kb, None)
+            out.append(None if block is None or (want is not None and block.tokens != want) else block)
+        return out
+
+    def get_blob(self, key: Hashable) -> bytes | None:
+        self._call("get_blob", [key])
+        return None if self.down or key in self.lose else self.store.get(key_bytes(key))
+
+    def put_blobs(self, items: Sequence[tuple[Hashable, bytes]]) -> list[bool]:
+        self._call("put_blobs", [k for k, _ in items])
+        if self.down:
+            return [False] * len(items)
+        for key, blob in items:
+            kb = key_bytes(key)
+            self.store[kb] = bytes(blob)
+            self._charge(kb, len(blob))
+        return [True] * len(items)
+
+    def put_blob(self, key: Hashable, blob: bytes) -> int:
+        if not self.put_blobs([(key, blob)])[0]:
+            raise OSError(f"fake tier {self.name!r} is down")
+        return len(blob)
+
+    def delete(self, key: Hashable) -> bool:
+        self._call("delete", [key])
+        kb = key_bytes(key)
+        self._charge(kb, None)
+        return self.store.pop(kb, None) is not None
+
+
+__all__ = ["FakeSlowTier", "FakeTier"]
