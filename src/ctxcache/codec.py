@@ -26,9 +26,7 @@ from __future__ import annotations
 import importlib
 import math
 import struct
-import sys
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +34,7 @@ import numpy as np
 import xxhash
 
 from .errors import ConfigError, CorruptBlockError, MissingDependencyError, PayloadError
+from .payload import _BF16, _DTYPES, ARRAY, BYTES, DICT, LIST, PAIRS, flatten
 
 MAGIC = b"CTXB"
 FORMAT_VERSION = 1
@@ -47,14 +46,6 @@ _SUM_AT = _FIXED.size - 8
 FIXED_HEADER_SIZE = _FIXED.size
 _ENTRY = struct.Struct("<BBBBH2xQQQQ")
 _MAX_NDIM, _MAX_ARRAYS, _MAX_NAME = 16, 1 << 16, 1 << 12
-BYTES, LIST, DICT, PAIRS = 0, 1, 2, 3
-_BF16 = 4  # stored as raw 16-bit words; numpy has no bfloat16
-_DTYPES: dict[int, np.dtype[Any]] = {
-    1: np.dtype("<f2"), 2: np.dtype("<f4"), 3: np.dtype("<f8"), _BF16: np.dtype("<u2"),
-    5: np.dtype("i1"), 6: np.dtype("u1"), 7: np.dtype("<i2"), 8: np.dtype("<u2"),
-    9: np.dtype("<i4"), 10: np.dtype("<u4"), 11: np.dtype("<i8"), 12: np.dtype("<u8"), 13: np.dtype("?"),
-}  # fmt: skip
-_CODES = {dt: c for c, dt in reversed(_DTYPES.items())}  # u2 maps to 8, not bf16
 _F16, _I8 = 1, 5
 _FLOATS = {1, 2, 3, _BF16}
 
@@ -90,42 +81,6 @@ def _compressor(name: str) -> Any:
         raise MissingDependencyError(
             f"compression {name!r} needs the {pkg.split('.')[0]!r} package: pip install 'ctxcache[redis]'"
         ) from None
-
-
-_SUPPORTED = "use bytes, or a list/tuple/dict of numpy arrays or CPU torch tensors, or (K, V) pairs of them"
-
-
-def _as_array(x: Any) -> tuple[np.ndarray, int]:
-    """A C-contiguous little-endian array viewing (or copying) ``x``, and its dtype code."""
-    if type(x).__module__.startswith("torch") and hasattr(x, "numpy"):
-        t = x.detach().cpu().contiguous()
-        if str(t.dtype) == "torch.bfloat16":  # numpy has no bfloat16: carry the 16-bit words
-            return t.view(sys.modules["torch"].int16).numpy().view(np.uint16), _BF16
-        x = t.numpy()
-    if not isinstance(x, (np.ndarray, np.generic)):
-        raise PayloadError(f"cannot encode a payload item of type {type(x).__name__}: {_SUPPORTED}")
-    x = np.asarray(x)
-    dt = x.dtype.newbyteorder("<") if x.dtype.byteorder == ">" else x.dtype
-    if dt not in _CODES:
-        raise PayloadError(f"cannot encode arrays of dtype {x.dtype}")
-    # Not ascontiguousarray: it turns 0-d arrays into 1-d ones.
-    x = x if x.flags.c_contiguous and x.dtype == dt else np.array(x, dtype=dt, order="C")
-    return x, _CODES[dt]
-
-
-def _flatten(payload: Any) -> tuple[int, list[tuple[str, np.ndarray, int]]]:
-    """(payload kind, [(name, array, dtype code)])."""
-    if isinstance(payload, (bytes, bytearray, memoryview)):
-        return BYTES, [("", np.frombuffer(payload, dtype=np.uint8), 6)]
-    if isinstance(payload, Mapping):
-        if not all(isinstance(k, str) for k in payload):
-            raise PayloadError("array names (dict keys) must be str")
-        return DICT, [(k, *_as_array(v)) for k, v in payload.items()]
-    if isinstance(payload, (list, tuple)):
-        if payload and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in payload):
-            return PAIRS, [("", *_as_array(a)) for pair in payload for a in pair]
-        return LIST, [("", *_as_array(a)) for a in payload]
-    raise PayloadError(f"cannot encode a payload of type {type(payload).__name__}: {_SUPPORTED}")
 
 
 def _quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -184,7 +139,7 @@ class Codec:
 
     def _plan(self, payload: Any) -> tuple[int, list[tuple[str, int, int, tuple[int, ...], np.ndarray, Any]]]:
         """(kind, [(name, stored code, original code, shape, stored array, scale or None)])."""
-        kind, arrays = _flatten(payload)
+        kind, arrays = flatten(payload)
         out = []
         for i, (name, a, code) in enumerate(arrays):
             stored, scale, scode = a, None, self._storage(i, code, a.ndim, kind)
@@ -239,7 +194,7 @@ class Codec:
 
     def encoded_size(self, payload: Any, key_len: int = 16, tokens_len: int = 0) -> int:
         """Bytes ``encode`` will produce at most (exact without compression), without encoding."""
-        kind, arrays = _flatten(payload)
+        kind, arrays = flatten(payload)
         hlen, off = _FIXED.size + 2 * key_len + tokens_len, 0
         for i, (name, a, code) in enumerate(arrays):
             hlen += _ENTRY.size + 8 * a.ndim + len(name.encode())
@@ -351,6 +306,8 @@ def _rebuild(kind: int, arrays: list[tuple[str, np.ndarray]]) -> Any:
         return [(arrays[i][1], arrays[i + 1][1]) for i in range(0, len(arrays), 2)]
     if kind == LIST:
         return [a for _, a in arrays]
+    if kind == ARRAY and len(arrays) == 1:
+        return arrays[0][1]
     raise CorruptBlockError(f"payload kind {kind} does not fit its {len(arrays)} arrays")
 
 
@@ -369,7 +326,7 @@ def read_header(buf: Any) -> Header:
             raise CorruptBlockError("not a ctxcache block (bad magic)")
         if version != FORMAT_VERSION:
             raise CorruptBlockError(f"block format version {version}, this build reads {FORMAT_VERSION}")
-        if mode >= len(MODES) or comp >= len(COMPRESSIONS) or kind > PAIRS:
+        if mode >= len(MODES) or comp >= len(COMPRESSIONS) or kind > ARRAY:
             raise CorruptBlockError("unknown mode, compression or payload kind")
         if hlen % ALIGN or hlen < _FIXED.size + klen + plen + tlen or hlen > len(mv):
             raise CorruptBlockError("bad header length (truncated?)")

@@ -68,8 +68,7 @@ class Prefill:
 def sample_token(logits: Any, temperature: float, top_p: float, generator: Any = None) -> int:
     """Greedy when temperature is 0, else temperature + nucleus (top-p) sampling.
 
-    A tiny positive temperature (1e-300, 5e-324) scales the logits past float32 into inf, and the
-    softmax into nan; its limit is greedy decoding, so that is what it gets.
+    A tiny temperature (1e-300) scales logits to inf and the softmax to nan; its limit is greedy.
     """
     if temperature <= 0.0:
         return int(torch.argmax(logits))

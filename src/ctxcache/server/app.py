@@ -89,6 +89,23 @@ def _lifespan(state: ServerState) -> Callable[[FastAPI], AbstractAsyncContextMan
     return lifespan
 
 
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return error_response(request, exc.status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(request, 400, describe_validation(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        msg = str(exc.detail)
+        if exc.status_code == 404:
+            msg = f"no route {request.method} {request.url.path}; see /docs for the API"
+        return error_response(request, exc.status_code, msg, headers=getattr(exc, "headers", None))
+
+
 def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str | None = None) -> FastAPI:
     """Build the app around a loaded CachedLM. Run it with uvicorn (the lifespan starts the worker)."""
     cfg = cfg or ServerConfig()
@@ -105,21 +122,7 @@ def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str |
     app.add_middleware(_Stamp, metrics=state.metrics)
     app.add_middleware(RequestGuard, max_body_bytes=int(cfg.max_body_bytes))  # outermost
 
-    @app.exception_handler(APIError)
-    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return error_response(request, exc.status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(request, 400, describe_validation(exc))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        msg = str(exc.detail)
-        if exc.status_code == 404:
-            msg = f"no route {request.method} {request.url.path}; see /docs for the API"
-        return error_response(request, exc.status_code, msg, headers=getattr(exc, "headers", None))
-
+    _add_error_handlers(app)
     app.include_router(openai_router)
     app.include_router(anthropic_router)
     publish_limits(app, state.max_tokens_limit, [state.model_id])
