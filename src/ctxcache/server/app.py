@@ -18,13 +18,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
 from .config import ServerConfig
-from .deps import APIError, describe_validation, error_response, tenant_for
+from .deps import APIError, describe_validation, error_response, tenant_for, unsupported_field
 from .guards import RequestGuard
 from .jobs import ServerState
 from .metrics import CONTENT_TYPE, Metrics
 from .openapi import publish_limits
 from .routes_anthropic import router as anthropic_router
 from .routes_openai import router as openai_router
+from .routes_text import router as text_router
+from .routes_text import tools as token_router
 from .schemas import ModelCard, ModelList
 
 if TYPE_CHECKING:
@@ -96,14 +98,17 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(request, 400, describe_validation(exc))
+        field = unsupported_field(exc)
+        code = "unsupported_parameter" if field else None
+        return error_response(request, 400, describe_validation(exc), param=field, code=code)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         msg = str(exc.detail)
         if exc.status_code == 404:
             msg = f"no route {request.method} {request.url.path}; see /docs for the API"
-        return error_response(request, exc.status_code, msg, headers=getattr(exc, "headers", None))
+        code = "unknown_url" if exc.status_code == 404 else None
+        return error_response(request, exc.status_code, msg, code=code, headers=getattr(exc, "headers", None))
 
 
 def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str | None = None) -> FastAPI:
@@ -125,14 +130,19 @@ def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str |
     _add_error_handlers(app)
     app.include_router(openai_router)
     app.include_router(anthropic_router)
-    publish_limits(app, state.max_tokens_limit, [state.model_id])
+    app.include_router(text_router)
+    app.include_router(token_router)
+    publish_limits(app, state.max_tokens_limit, state.model_names)
 
     @app.get("/v1/models", response_model=ModelList, tags=["models"])
     async def list_models(tenant: str = Depends(tenant_for)) -> ModelList:
         """The served model (fields for both the OpenAI and the Anthropic clients)."""
         created_at = datetime.fromtimestamp(state.created, UTC).isoformat().replace("+00:00", "Z")
-        card = ModelCard(id=state.model_id, created=state.created, created_at=created_at, display_name=state.model_id)
-        return ModelList(data=[card], first_id=card.id, last_id=card.id)
+        cards = [
+            ModelCard(id=name, created=state.created, created_at=created_at, display_name=name)
+            for name in state.model_names
+        ]
+        return ModelList(data=cards, first_id=cards[0].id, last_id=cards[-1].id)
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, Any]:

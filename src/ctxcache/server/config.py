@@ -11,6 +11,8 @@ auto_cache = true         # cache full blocks of prompts without cache_control b
 cache_generated = true    # with auto_cache, also cache the reply's full blocks for the next turn
 max_pinned_fraction = 0.5 # cache_control pins may hold at most this share of the first tier
 max_body_bytes = "2MiB"   # larger request bodies get 413 before they are parsed
+keepalive_s = 5.0         # streams quiet this long (a long prefill) get a keep-alive ping
+model_aliases = []        # other names requests may use for the served model
 
 [cache]                   # ContextCache config, see docs/configuration.md
 block_size = 32
@@ -53,6 +55,8 @@ class ServerConfig:
     cache_generated: bool = True
     max_pinned_fraction: float = 0.5
     max_body_bytes: int | str = 2 << 20
+    keepalive_s: float = 5.0  # a quiet stream gets a ping (SSE comment / Anthropic ping) this often
+    model_aliases: list[str] = field(default_factory=list)  # more names /v1/models lists and requests may use
     api_keys: dict[str, str] = field(default_factory=dict)
     cache_config: dict[str, Any] = field(default_factory=dict)
 
@@ -68,6 +72,14 @@ class ServerConfig:
         for name in ("cache", "auto_cache", "cache_generated"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"server.{name} must be true or false, got {getattr(self, name)!r}")
+        if (
+            isinstance(self.keepalive_s, bool)
+            or not isinstance(self.keepalive_s, (int, float))
+            or not 0 < self.keepalive_s <= 300
+        ):
+            raise ConfigError(f"server.keepalive_s must be in (0, 300] seconds, got {self.keepalive_s!r}")
+        if not isinstance(self.model_aliases, list) or not all(isinstance(a, str) and a for a in self.model_aliases):
+            raise ConfigError(f"server.model_aliases must be a list of non-empty strings, got {self.model_aliases!r}")
         if not 0.0 <= self.max_pinned_fraction <= 1.0:
             raise ConfigError(f"server.max_pinned_fraction must be in [0, 1], got {self.max_pinned_fraction!r}")
         try:

@@ -12,16 +12,18 @@ from fastapi.responses import JSONResponse
 from .config import DEFAULT_TENANT
 
 # status -> (OpenAI type, OpenAI code, Anthropic type): one table for both APIs' vocabularies.
-_KINDS: dict[int, tuple[str, str | None, str]] = {
-    400: ("invalid_request_error", None, "invalid_request_error"),
+# A raise may name a more specific OpenAI code (model_not_found, context_length_exceeded,
+# unsupported_parameter); the Anthropic type depends on the status alone, as in Anthropic's API.
+ERROR_KINDS: dict[int, tuple[str, str, str]] = {
+    400: ("invalid_request_error", "invalid_value", "invalid_request_error"),
     401: ("invalid_request_error", "invalid_api_key", "authentication_error"),
-    403: ("invalid_request_error", None, "permission_error"),
-    404: ("invalid_request_error", None, "not_found_error"),
-    405: ("invalid_request_error", None, "invalid_request_error"),
+    403: ("invalid_request_error", "permission_denied", "permission_error"),
+    404: ("invalid_request_error", "not_found", "not_found_error"),
+    405: ("invalid_request_error", "method_not_allowed", "invalid_request_error"),
     413: ("invalid_request_error", "request_too_large", "request_too_large"),
-    422: ("invalid_request_error", None, "invalid_request_error"),
+    422: ("invalid_request_error", "invalid_value", "invalid_request_error"),
     429: ("requests", "rate_limit_exceeded", "rate_limit_error"),
-    500: ("server_error", None, "api_error"),
+    500: ("server_error", "internal_error", "api_error"),
     503: ("server_error", "overloaded", "overloaded_error"),
 }
 
@@ -46,7 +48,7 @@ def is_anthropic(path: str) -> bool:
 
 def error_body(path: str, status: int, message: str, *, param: str | None = None, code: str | None = None) -> Any:
     """OpenAI's ``{"error": {...}}`` everywhere, except Anthropic's ``{"type": "error", ...}`` on /v1/messages."""
-    oa_type, oa_code, an_type = _KINDS.get(status, _KINDS[400] if status < 500 else _KINDS[500])
+    oa_type, oa_code, an_type = ERROR_KINDS.get(status, ERROR_KINDS[400] if status < 500 else ERROR_KINDS[500])
     if is_anthropic(path):
         return {"type": "error", "error": {"type": an_type, "message": message}}
     return {"error": {"message": message, "type": oa_type, "param": param, "code": code or oa_code}}
@@ -65,6 +67,8 @@ def error_response(request: Request, status: int, message: str, **kw: Any) -> JS
 
 def describe_validation(exc: RequestValidationError) -> str:
     """One line per problem, naming the field: 'messages.0.role: Input should be ...'."""
+    from .schemas import UNSUPPORTED_FIELDS
+
     parts = []
     for e in exc.errors():
         loc = [str(x) for x in e.get("loc", ()) if x != "body"]
@@ -75,10 +79,23 @@ def describe_validation(exc: RequestValidationError) -> str:
             )
         elif e.get("type") == "missing" and not loc:
             parts.append("the request body is missing: send a JSON object")
+        elif loc and loc[0] in UNSUPPORTED_FIELDS:
+            parts.append(f"{loc[0]}: not supported by this server; leave it out (or send its 'off' value)")
         else:
             where = ".".join(loc) or "body"
             parts.append(f"{where}: {e.get('msg')}")
     return "; ".join(dict.fromkeys(parts)) or "invalid request"
+
+
+def unsupported_field(exc: RequestValidationError) -> str | None:
+    """The first field the request set that this server does not implement (schemas.UNSUPPORTED_FIELDS)."""
+    from .schemas import UNSUPPORTED_FIELDS
+
+    for e in exc.errors():
+        loc = [x for x in e.get("loc", ()) if x != "body"]
+        if len(loc) >= 1 and loc[0] in UNSUPPORTED_FIELDS:
+            return str(loc[0])
+    return None
 
 
 def tenant_for(request: Request) -> str:

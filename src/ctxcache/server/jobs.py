@@ -46,6 +46,9 @@ class ChatJob:
     ids: list[int] = field(default_factory=list)
     marks: list[tuple[int, str]] = field(default_factory=list)
     tokenize_s: float = 0.0
+    # A raw prompt (/v1/completions): its own encoder and its size in characters, instead of messages.
+    encode: Callable[[], list[int]] | None = None
+    size: int | None = None
 
 
 @dataclass
@@ -79,6 +82,7 @@ class ServerState:
     def __init__(self, lm: CachedLM, cfg: ServerConfig, model_id: str) -> None:
         self.lm, self.cfg, self.model_id = lm, cfg, model_id
         self.created = int(time.time())
+        self.model_names = list(dict.fromkeys([model_id, *cfg.model_aliases]))  # the served name first
         self.max_context = min(cfg.max_context, lm.max_context)
         self.worker = ModelWorker(cfg.max_queue, after_job=trimmer())
         # Prompts are tokenized off the model thread, so an over-long one is refused without making
@@ -103,8 +107,13 @@ class ServerState:
     def check_model(self, model: str) -> None:
         from .deps import APIError
 
-        if model != self.model_id:
-            raise APIError(404, f"model {model!r} not found; this server serves {self.model_id!r}", param="model")
+        if model not in self.model_names:
+            raise APIError(
+                404,
+                f"model {model!r} not found; this server serves {self.model_id!r}",
+                param="model",
+                code="model_not_found",
+            )
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -135,7 +144,7 @@ def tokenize(state: ServerState, job: ChatJob) -> None:
 
     lm = state.lm
     t0 = time.perf_counter()
-    ids = lm.encode(job.messages)
+    ids = job.encode() if job.encode is not None else lm.encode(job.messages)
     if job.clamp_max_tokens and len(ids) < state.max_context:
         job.params = replace(job.params, max_new_tokens=min(job.params.max_new_tokens, state.max_context - len(ids)))
     want = len(ids) + job.params.max_new_tokens
@@ -145,7 +154,7 @@ def tokenize(state: ServerState, job: ChatJob) -> None:
             f"this model's context limit is {state.max_context} tokens, but the request needs {want} "
             f"({len(ids)} in the prompt + {job.params.max_new_tokens} max tokens): shorten the prompt or "
             "lower max_tokens",
-            param="messages",
+            param="messages" if job.encode is None else "prompt",
             code="context_length_exceeded",
         )
     job.marks = sorted(
@@ -198,7 +207,7 @@ async def start(state: ServerState, job: ChatJob) -> Job:
     from .deps import APIError
     from .worker import QueueFullError
 
-    size = sum(len(m["content"]) for m in job.messages)
+    size = job.size if job.size is not None else sum(len(m["content"]) for m in job.messages)
     lane = state.tokenizer_large if size > LARGE_PROMPT_CHARS else state.tokenizer
     await asyncio.get_running_loop().run_in_executor(lane, tokenize, state, job)
     try:

@@ -13,6 +13,7 @@ _MAX_TOKENS_FIELDS = [
     ("ChatCompletionRequest", "max_tokens"),
     ("ChatCompletionRequest", "max_completion_tokens"),
     ("MessagesRequest", "max_tokens"),
+    ("CompletionRequest", "max_tokens"),
 ]
 
 
@@ -34,7 +35,7 @@ def publish_limits(app: FastAPI, max_tokens: int, models: list[str]) -> None:
                 if prop is not None:
                     _bound(prop, max_tokens)
                     prop["description"] = f"at most {max_tokens} on this server"
-            for name in ("ChatCompletionRequest", "MessagesRequest"):
+            for name in ("ChatCompletionRequest", "MessagesRequest", "CompletionRequest", "CountTokensRequest"):
                 prop = schemas.get(name, {}).get("properties", {}).get("model")
                 if prop is not None:
                     prop["enum"] = list(models)

@@ -26,6 +26,36 @@ Seed = Annotated[int, Field(description="any integer; used modulo 2**64"), Befor
 One = Annotated[int, Field(ge=1, le=1), BeforeValidator(_integral)]
 
 
+# Fields a client may send that this server does not implement: published, and refused with a 400
+# naming the field unless they hold the value that means "off" (nothing is accepted and ignored).
+UNSUPPORTED = "not supported by this server: leave it out"
+NotSupported = Annotated[None, Field(description=UNSUPPORTED)]
+
+
+def neutral(value: float) -> Any:
+    return Annotated[float, Field(ge=value, le=value, description=f"not supported: only {value} (off) is accepted")]
+
+
+UNSUPPORTED_FIELDS = frozenset(
+    [
+        "tools",
+        "tool_choice",
+        "response_format",
+        "functions",
+        "function_call",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "top_k",
+        "min_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "thinking",
+    ]
+)
+
+
 class _Req(BaseModel):
     # strict: what /openapi.json says is what is accepted ("4" is not an integer, 1 is not a bool).
     model_config = ConfigDict(extra="ignore", strict=True)
@@ -60,6 +90,21 @@ class _TopReq(_Req):
         return data
 
 
+class _Unsupported(_Req):
+    """Sampling and tool fields this server does not implement: refused unless 'off'."""
+
+    tools: NotSupported = None
+    tool_choice: NotSupported = None
+    response_format: NotSupported = None
+    logit_bias: NotSupported = None
+    top_logprobs: NotSupported = None
+    presence_penalty: neutral(0.0) | None = None  # type: ignore[valid-type]
+    frequency_penalty: neutral(0.0) | None = None  # type: ignore[valid-type]
+    top_k: NotSupported = None
+    min_p: neutral(0.0) | None = None  # type: ignore[valid-type]
+    repetition_penalty: neutral(1.0) | None = None  # type: ignore[valid-type]
+
+
 # --- OpenAI: POST /v1/chat/completions ---------------------------------------------------------------
 class TextPart(_Req):
     type: Literal["text"]
@@ -76,7 +121,7 @@ class StreamOptions(_Req):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(_TopReq):
+class ChatCompletionRequest(_TopReq, _Unsupported):
     model: str = Field(min_length=1)
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: PosInt | None = None
@@ -91,6 +136,9 @@ class ChatCompletionRequest(_TopReq):
     stream_options: StreamOptions | None = None
     n: One = Field(1, description="only 1 is supported")
     user: str | None = None
+    functions: NotSupported = None
+    function_call: NotSupported = None
+    logprobs: Literal[False] | None = Field(None, description="not supported: only false")
 
 
 class PromptTokensDetails(BaseModel):
@@ -153,7 +201,10 @@ class MessagesRequest(_TopReq):
     stop_sequences: list[StopText] | None = None
     temperature: float = Field(1.0, ge=0.0, le=1.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: PosInt | None = Field(None, description="accepted and ignored")
+    top_k: NotSupported = None
+    tools: NotSupported = None
+    tool_choice: NotSupported = None
+    thinking: NotSupported = None
     stream: bool = False
     metadata: dict[str, Any] | None = None
     cache_control: CacheControl | None = Field(None, description="automatic caching: a breakpoint at the prompt's end")
@@ -187,6 +238,68 @@ class MessageResponse(BaseModel):
     stop_sequence: str | None
     usage: AnthropicUsage
     ctxcache: dict[str, Any] = Field(description="ctxcache extension: usage by tier and per-phase timings")
+
+
+# --- OpenAI: POST /v1/completions (legacy text API) --------------------------------------------------
+TokenId = Annotated[int, Field(ge=0, le=2**31 - 1), BeforeValidator(_integral)]
+
+
+class CompletionRequest(_TopReq, _Unsupported):
+    model: str = Field(min_length=1)
+    prompt: str | Annotated[list[TokenId], Field(min_length=1)] = Field(description="text, or a list of token ids")
+    max_tokens: PosInt | None = Field(None, description="default 16 (OpenAI's), clamped to the context")
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    stop: StopText | Annotated[list[StopText], Field(max_length=4)] | None = None
+    seed: Seed | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: One = Field(1, description="only 1 is supported")
+    best_of: One | None = None
+    echo: Literal[False] | None = Field(None, description="not supported: only false")
+    suffix: NotSupported = None
+    logprobs: NotSupported = None
+    user: str | None = None
+
+
+class CompletionChoice(BaseModel):
+    index: int = 0
+    text: str
+    finish_reason: str
+    logprobs: None = None
+
+
+class Completion(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: ChatUsage
+    ctxcache: dict[str, Any] = Field(description="ctxcache extension: usage by tier and per-phase timings")
+
+
+# --- Anthropic count_tokens, vLLM-style /tokenize and /detokenize ---------------------------------------
+class CountTokensRequest(_TopReq):
+    model: str = Field(min_length=1)
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[TextBlock] | None = None
+    cache_control: CacheControl | None = None
+    tools: NotSupported = None
+    thinking: NotSupported = None
+
+
+class TokenizeRequest(_TopReq):
+    model: str | None = None
+    prompt: str | None = None
+    messages: Annotated[list[ChatMessage], Field(min_length=1)] | None = None
+    add_special_tokens: bool = True
+    add_generation_prompt: bool = True
+
+
+class DetokenizeRequest(_TopReq):
+    model: str | None = None
+    tokens: list[TokenId]
 
 
 # --- shared ------------------------------------------------------------------------------------------
