@@ -163,6 +163,7 @@ def main() -> None:
     args = ap.parse_args()
     from ctxcache.config import parse_size
 
+    RESULTS.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ctxcache-soak-") as d:
         tmp = Path(d)
         proc, url, model_dir = _start(args, tmp)
@@ -193,6 +194,9 @@ def main() -> None:
         health = httpx.get(f"{url}/healthz").json()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
+        log = (tmp / "serve.log").read_text(errors="replace")
+        failures = log.count("Traceback")
+        (RESULTS / f"{args.out}-server.log").write_text(log[-200_000:])  # kept: the 5xx causes are in it
     at = {
         f"rss_{m}min_gib": round(next((r for t, r in samples if t >= m * 60), samples[-1][1]) / 2**30, 3)
         for m in (1, 10, 30)
@@ -210,6 +214,7 @@ def main() -> None:
         "rss_max_after_warmup_gib": round(max(warm) / 2**30, 3),
         "within_bound": max(warm) <= bound,
         "cache_bytes_gib": round(health["cache"]["bytes"] / 2**30, 3),
+        "server_tracebacks": failures,
         **counts,
     }
     RESULTS.mkdir(exist_ok=True)

@@ -210,19 +210,71 @@ def simulate(
             console.print(f"plot written to {plot}")
 
 
+def _env(name: str) -> str:
+    return f"CTXCACHE_{name}"
+
+
 @app.command()
 def serve(
+    ctx: typer.Context,
     model: Annotated[
-        Path | None, typer.Option(help="local Hugging Face model directory (default: Gemma 3 270M, prepared once)")
+        Path | None,
+        typer.Option(
+            help="local Hugging Face model directory (default: Gemma 3 270M, prepared once)", envvar=_env("MODEL")
+        ),
     ] = None,
-    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
-    config: Annotated[Path | None, typer.Option(help="server config TOML (see docs/serving.md)")] = None,
+    host: Annotated[str, typer.Option(help="address to listen on", envvar=_env("HOST"))] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on", envvar=_env("PORT"))] = 8000,
+    config: Annotated[
+        Path | None, typer.Option(help="server config TOML (see docs/serving.md)", envvar=_env("CONFIG"))
+    ] = None,
+    api_key: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="accept this API key (repeatable; tenant 'default'); none: no authentication", envvar=_env("API_KEY")
+        ),
+    ] = None,
+    served_model_name: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="the model's name in the API (repeatable: the first is served, the rest are aliases)",
+            envvar=_env("SERVED_MODEL_NAME"),
+        ),
+    ] = None,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option(help="context limit: prompt + max_tokens (capped by the model's)", envvar=_env("MAX_MODEL_LEN")),
+    ] = None,
+    block_size: Annotated[int | None, typer.Option(help="tokens per cached block", envvar=_env("BLOCK_SIZE"))] = None,
+    log_level: Annotated[str, typer.Option(help="ctxcache's log level", envvar=_env("LOG_LEVEL"))] = "info",
+    uvicorn_log_level: Annotated[
+        str, typer.Option(help="uvicorn's log level (access log at info)", envvar=_env("UVICORN_LOG_LEVEL"))
+    ] = "info",
+    print_config: Annotated[
+        bool,
+        typer.Option(
+            "--print-config", help="print the effective configuration and where each value came from, then exit"
+        ),
+    ] = False,
 ) -> None:
-    """Serve a model over OpenAI- and Anthropic-compatible HTTP APIs, with the context cache."""
+    """Serve a model over OpenAI- and Anthropic-compatible HTTP APIs, with the context cache.
+
+    Every flag can also be set from the environment (CTXCACHE_<FLAG>, e.g. CTXCACHE_PORT=9000).
+    Precedence: flag > environment > config file > default.
+    """
+    from .server.cli import Overrides
     from .server.cli import serve as run_server  # lazy: FastAPI and torch load only for this command
 
-    run_server(model, host, port, config)
+    sources = {name: _source(ctx, name) for name in ctx.params}
+    over = Overrides(api_keys=api_key or [], names=served_model_name or [], max_context=max_model_len,
+                     block_size=block_size, log_level=log_level, uvicorn_log_level=uvicorn_log_level,
+                     sources=sources)  # fmt: skip
+    run_server(model, host, port, config, over, print_config=print_config)
+
+
+def _source(ctx: typer.Context, name: str) -> str:
+    src = ctx.get_parameter_source(name)
+    return {"COMMANDLINE": "flag", "ENVIRONMENT": "environment"}.get(getattr(src, "name", ""), "default")
 
 
 cache_app = typer.Typer(help="The on-disk KV cache of `ctxcache serve` ($CTXCACHE_HOME/kv).")

@@ -59,8 +59,15 @@ class ServerConfig:
     model_aliases: list[str] = field(default_factory=list)  # more names /v1/models lists and requests may use
     api_keys: dict[str, str] = field(default_factory=dict)
     cache_config: dict[str, Any] = field(default_factory=dict)
+    file_cache_keys: frozenset[str] = field(default=frozenset(), init=False, repr=False)
 
     def __post_init__(self) -> None:
+        # Which [cache] keys the file set: without "tiers", `serve` uses its RAM + disk default.
+        self.file_cache_keys = frozenset(self.cache_config)
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every value (again after flags and environment variables changed some)."""
         for name in ("max_queue", "max_context", "max_tokens_limit", "default_max_tokens"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -106,7 +113,7 @@ class ServerConfig:
         return cc
 
 
-_SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {"api_keys", "cache_config"}
+_SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {"api_keys", "cache_config", "file_cache_keys"}
 
 
 def load_server_config(source: str | os.PathLike[str] | Mapping[str, Any] | None = None) -> ServerConfig:
