@@ -191,6 +191,8 @@ def main() -> None:
                 )
                 time.sleep(args.every)
         stop.set()
+        for t in threads:  # let requests in flight finish: SIGTERM would cut them off (uvicorn answers 500)
+            t.join(timeout=300)
         health = httpx.get(f"{url}/healthz").json()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
