@@ -132,7 +132,7 @@ def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str |
     app.include_router(anthropic_router)
     app.include_router(text_router)
     app.include_router(token_router)
-    publish_limits(app, state.max_tokens_limit, state.model_names)
+    publish_limits(app, state.max_tokens_limit, state.model_names, getattr(lm, "vocab_size", None))
 
     @app.get("/v1/models", response_model=ModelList, tags=["models"])
     async def list_models(tenant: str = Depends(tenant_for)) -> ModelList:

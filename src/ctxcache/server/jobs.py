@@ -145,6 +145,8 @@ def tokenize(state: ServerState, job: ChatJob) -> None:
     lm = state.lm
     t0 = time.perf_counter()
     ids = job.encode() if job.encode is not None else lm.encode(job.messages)
+    if not ids:  # a raw prompt whose text has no tokens (a tokenizer without BOS)
+        raise APIError(400, "prompt: the prompt has no tokens", param="prompt")
     if job.clamp_max_tokens and len(ids) < state.max_context:
         job.params = replace(job.params, max_new_tokens=min(job.params.max_new_tokens, state.max_context - len(ids)))
     want = len(ids) + job.params.max_new_tokens

@@ -23,8 +23,17 @@ def _bound(prop: dict[str, Any], limit: int) -> None:
             branch["maximum"] = limit
 
 
-def publish_limits(app: FastAPI, max_tokens: int, models: list[str]) -> None:
-    """Replace ``app.openapi`` with one that carries ``max_tokens``'s bound and the model names."""
+def _bound_ids(prop: dict[str, Any] | None, vocab: int) -> None:
+    for branch in (prop or {}).get("anyOf", [prop or {}]):
+        items = branch.get("items") if branch.get("type") == "array" else None
+        if items is not None:
+            items["maximum"] = vocab - 1
+            items["description"] = f"a token id of this model (0..{vocab - 1})"
+
+
+def publish_limits(app: FastAPI, max_tokens: int, models: list[str], vocab: int | None = None) -> None:
+    """Replace ``app.openapi`` with one that carries ``max_tokens``'s bound, the model names and
+    the vocabulary's size (token-id prompts)."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -40,6 +49,9 @@ def publish_limits(app: FastAPI, max_tokens: int, models: list[str]) -> None:
                 if prop is not None:
                     prop["enum"] = list(models)
                     prop["description"] = "a model this server serves (see /v1/models)"
+            if vocab is not None:
+                _bound_ids(schemas.get("CompletionRequest", {}).get("properties", {}).get("prompt"), vocab)
+                _bound_ids(schemas.get("DetokenizeRequest", {}).get("properties", {}).get("tokens"), vocab)
             app.openapi_schema = spec
         return app.openapi_schema
 

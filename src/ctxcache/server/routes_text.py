@@ -26,7 +26,8 @@ from .schemas import (
     CompletionRequest,
     CountTokensRequest,
     DetokenizeRequest,
-    TokenizeRequest,
+    TokenizeChat,
+    TokenizePrompt,
 )
 from .sse import data_line, with_keepalive
 from .worker import Job
@@ -34,6 +35,16 @@ from .worker import Job
 router = APIRouter(tags=["OpenAI"])
 tools = APIRouter(tags=["tokens"])
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default for /v1/completions
+_BAD: dict[int | str, dict[str, Any]] = {
+    400: {"description": "invalid request (the message names the field)"},
+    401: {"description": "missing or invalid API key"},
+}
+_COUNT = {**_BAD, 404: {"description": "unknown model"}}
+_STREAM = {
+    **_COUNT,
+    200: {"content": {"text/event-stream": {"schema": {"description": "text_completion chunks, then [DONE]"}}}},
+    429: {"description": "queue full; see Retry-After"},
+}
 
 
 def encode_text(lm: Any, text: str, add_special_tokens: bool = True) -> list[int]:
@@ -48,7 +59,7 @@ def check_ids(lm: Any, ids: list[int], field: str) -> list[int]:
     return ids
 
 
-@router.post("/v1/completions", response_model=Completion)
+@router.post("/v1/completions", response_model=Completion, responses=_STREAM)
 async def completions(
     body: CompletionRequest, request: Request, tenant: str = Depends(tenant_for)
 ) -> Completion | StreamingResponse:
@@ -129,7 +140,7 @@ async def _sse(state: ServerState, handle: Job, rid: str, created: int, include_
         handle.cancel()
 
 
-@router.post("/v1/messages/count_tokens", tags=["Anthropic"])
+@router.post("/v1/messages/count_tokens", tags=["Anthropic"], responses=_COUNT)
 async def count_tokens(body: CountTokensRequest, request: Request, tenant: str = Depends(tenant_for)) -> dict[str, int]:
     """The prompt's token count: what ``usage`` then reports as input + cache read + cache creation."""
     import asyncio
@@ -141,28 +152,28 @@ async def count_tokens(body: CountTokensRequest, request: Request, tenant: str =
     return {"input_tokens": len(ids)}
 
 
-@tools.post("/tokenize")
-async def tokenize(body: TokenizeRequest, request: Request, tenant: str = Depends(tenant_for)) -> dict[str, Any]:
+@tools.post("/tokenize", responses=_BAD)
+async def tokenize(
+    body: TokenizePrompt | TokenizeChat, request: Request, tenant: str = Depends(tenant_for)
+) -> dict[str, Any]:
     """Token ids of a prompt string, or of chat ``messages`` rendered with the chat template (as vLLM)."""
     import asyncio
 
     state: ServerState = request.app.state.ctx
     loop = asyncio.get_running_loop()
-    if body.messages is not None:
+    if isinstance(body, TokenizeChat):
         msgs = [{"role": "system" if m.role == "developer" else m.role,
                  "content": m.content if isinstance(m.content, str) else "\n".join(p.text for p in m.content)}
                 for m in body.messages]  # fmt: skip
         gen = body.add_generation_prompt
         ids = await loop.run_in_executor(state.tokenizer, lambda: state.lm.encode(msgs, add_generation_prompt=gen))
-    elif body.prompt is not None:
+    else:
         prompt, special = body.prompt, body.add_special_tokens
         ids = await loop.run_in_executor(state.tokenizer, encode_text, state.lm, prompt, special)
-    else:
-        raise APIError(400, "send 'prompt' (a string) or 'messages'", param="prompt")
     return {"count": len(ids), "max_model_len": state.max_context, "tokens": ids}
 
 
-@tools.post("/detokenize")
+@tools.post("/detokenize", responses=_BAD)
 async def detokenize(body: DetokenizeRequest, request: Request, tenant: str = Depends(tenant_for)) -> dict[str, str]:
     """The text of a list of token ids."""
     state: ServerState = request.app.state.ctx

@@ -36,6 +36,14 @@ def neutral(value: float) -> Any:
     return Annotated[float, Field(ge=value, le=value, description=f"not supported: only {value} (off) is accepted")]
 
 
+def _bool_only(v: Any) -> Any:
+    if v is not None and not isinstance(v, bool):  # Literal[False] alone would take 0 (0 == False)
+        raise ValueError("Input should be a valid boolean")
+    return v
+
+
+OnlyFalse = Annotated[Literal[False], BeforeValidator(_bool_only), Field(description="not supported: only false")]
+
 UNSUPPORTED_FIELDS = frozenset(
     [
         "tools",
@@ -138,7 +146,7 @@ class ChatCompletionRequest(_TopReq, _Unsupported):
     user: str | None = None
     functions: NotSupported = None
     function_call: NotSupported = None
-    logprobs: Literal[False] | None = Field(None, description="not supported: only false")
+    logprobs: OnlyFalse | None = None
 
 
 class PromptTokensDetails(BaseModel):
@@ -246,7 +254,9 @@ TokenId = Annotated[int, Field(ge=0, le=2**31 - 1), BeforeValidator(_integral)]
 
 class CompletionRequest(_TopReq, _Unsupported):
     model: str = Field(min_length=1)
-    prompt: str | Annotated[list[TokenId], Field(min_length=1)] = Field(description="text, or a list of token ids")
+    prompt: Annotated[str, Field(min_length=1)] | Annotated[list[TokenId], Field(min_length=1)] = Field(
+        description="text, or a list of token ids"
+    )
     max_tokens: PosInt | None = Field(None, description="default 16 (OpenAI's), clamped to the context")
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -256,7 +266,7 @@ class CompletionRequest(_TopReq, _Unsupported):
     stream_options: StreamOptions | None = None
     n: One = Field(1, description="only 1 is supported")
     best_of: One | None = None
-    echo: Literal[False] | None = Field(None, description="not supported: only false")
+    echo: OnlyFalse | None = None
     suffix: NotSupported = None
     logprobs: NotSupported = None
     user: str | None = None
@@ -289,11 +299,15 @@ class CountTokensRequest(_TopReq):
     thinking: NotSupported = None
 
 
-class TokenizeRequest(_TopReq):
+class TokenizePrompt(_TopReq):
     model: str | None = None
-    prompt: str | None = None
-    messages: Annotated[list[ChatMessage], Field(min_length=1)] | None = None
+    prompt: str
     add_special_tokens: bool = True
+
+
+class TokenizeChat(_TopReq):
+    model: str | None = None
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
     add_generation_prompt: bool = True
 
 
