@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install run test lint bench bench-ttft clean redis-server
+.PHONY: install run test lint bench bench-ttft clean redis-server chromium
 
 # torch first and pinned: 2.13.0 is the CPU wheel on this machine's disk; anything unpinned
 # that depends on torch would pull a multi-GB CUDA build instead.
@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,sim,model,server,redis]'
+	$(BIN)/pip install -q -e '.[dev,sim,model,server,redis,crypto]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
@@ -30,7 +30,11 @@ lint: install
 redis-server:
 	@command -v redis-server >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server; }
 
-test: lint redis-server
+# The dashboard test drives Debian's chromium headless (playwright cannot download its own here).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
+
+test: lint redis-server chromium
 	$(BIN)/pytest
 
 # Benchmarks print one JSON line each and write benchmarks/results/. libcachesim (GPL) is a
@@ -43,6 +47,7 @@ bench: install redis-server
 	$(BIN)/python benchmarks/bench_libcachesim_check.py
 	$(BIN)/python benchmarks/bench_policies.py
 	$(BIN)/python benchmarks/seed_claims.py
+	$(BIN)/python benchmarks/bench_observability.py
 
 # The serving benchmark: 10 sessions x 6 turns against the live server, cache on/off and a
 # block-size sweep (~15 min on 2 cores).

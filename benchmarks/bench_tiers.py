@@ -8,8 +8,10 @@ Block: Gemma-3-270M-shaped KV for 256 tokens: 18 layers x (K, V), each [1 KV hea
 - redis: RedisTier put/get MB/s and per-block p50/p99 latency on loopback, single vs pipelined
   batches (needs redis-server; a throwaway one is started on a free port).
 - bloom: Redis GETs issued by a miss-heavy lookup stream with and without the Bloom filter.
+- sealing: encryption at rest (AES-256-GCM per tenant, engine/sealing.py): encode/decode GB/s of
+  the raw codec sealed vs unsealed, and the bytes it adds per block.
 
-Run: .venv/bin/python benchmarks/bench_tiers.py [--quick]
+Run: .venv/bin/python benchmarks/bench_tiers.py [--quick] [--only=sealing]
 """
 
 from __future__ import annotations
@@ -90,6 +92,30 @@ def bench_codec(kv: list) -> None:
                 memcpy_gbps=round(n / memcpy / 1e9, 2), decode_vs_memcpy=round(memcpy / dec, 2),
                 max_abs_err=err, rel_err=round(err / amax, 6),
             )  # fmt: skip
+
+
+def bench_sealing(kv: list) -> None:
+    from ctxcache.engine.sealing import TenantSealer
+
+    n = nbytes(kv)
+    key, toks = b"k" * 16, np.arange(TOKENS, dtype="<i4").tobytes()
+    plain, sealed = Codec(), Codec()
+    sealed.sealer = TenantSealer(os.urandom(32))
+    pb, sb = plain.encode(kv, key, toks, tenant=b"team-a"), sealed.encode(kv, key, toks, tenant=b"team-a")
+    t = interleaved(
+        {
+            "enc": lambda: plain.encode(kv, key, toks, tenant=b"team-a"),
+            "enc_sealed": lambda: sealed.encode(kv, key, toks, tenant=b"team-a"),
+            "dec": lambda: plain.decode(pb),
+            "dec_sealed": lambda: sealed.decode(sb),
+        }
+    )
+    emit(
+        figure="sealing", block_bytes=n, extra_bytes=len(sb) - len(pb),
+        encode_gbps=round(n / t["enc"] / 1e9, 2), encode_sealed_gbps=round(n / t["enc_sealed"] / 1e9, 2),
+        decode_gbps=round(n / t["dec"] / 1e9, 2), decode_sealed_gbps=round(n / t["dec_sealed"] / 1e9, 2),
+        encode_cost_x=round(t["enc_sealed"] / t["enc"], 2), decode_cost_x=round(t["dec_sealed"] / t["dec"], 2),
+    )  # fmt: skip
 
 
 def bench_disk(blocks: list, tmp: Path) -> None:
@@ -247,7 +273,11 @@ def main() -> None:
     blocks = [block(i) for i in range(4 if QUICK else 12)]
     emit(figure="setup", block_bytes=nbytes(blocks[0]), shape=[LAYERS, 2, HEADS, TOKENS, DIM], dtype="float32",
          cpus=os.cpu_count(), quick=QUICK)  # fmt: skip
+    if "--only=sealing" in sys.argv:
+        bench_sealing(blocks[0])
+        return
     bench_codec(blocks[0])
+    bench_sealing(blocks[0])
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         bench_disk(blocks, tmp)

@@ -30,7 +30,9 @@ from typing import Any
 
 from .config import CacheConfig, load_config
 from .engine import Engine, Match, Slot
+from .engine import erasure as _erasure
 from .engine.factory import make_tier
+from .engine.tenancy import Tenancy, load_tenancy
 from .errors import MatchReleasedError
 from .index import RadixIndex
 from .keys import BlockHasher, Namespace, Prompt, Tokens
@@ -62,10 +64,11 @@ class ContextCache:
         clock: Clock = time.monotonic,
         promote: bool = True,
         write_buffer: int = 256 << 20,
+        tenancy: Tenancy | None = None,
     ) -> None:
         self._engine = Engine(
             tiers, block_size=block_size, hash=hash, model=model, salt=salt, clock=clock, promote=promote,
-            write_buffer=write_buffer,
+            write_buffer=write_buffer, tenancy=tenancy,
         )  # fmt: skip
 
     @classmethod
@@ -74,13 +77,14 @@ class ContextCache:
     ) -> ContextCache:
         """Build from a config mapping, a TOML path or a CacheConfig (see docs/configuration.md)."""
         cfg = source if isinstance(source, CacheConfig) else load_config(source)
+        tenancy = load_tenancy(cfg.tenants, cfg.tenancy)  # before the tiers: a bad table opens nothing
         tiers: list[Tier] = []
         try:
             for i, tc in enumerate(cfg.tiers):
                 tiers.append(make_tier(i, tc, cfg.block_size, clock))
             return cls(
                 tiers, block_size=cfg.block_size, hash=cfg.hash, model=cfg.model, salt=cfg.salt, clock=clock,
-                promote=cfg.promote, write_buffer=cfg.write_buffer,
+                promote=cfg.promote, write_buffer=cfg.write_buffer, tenancy=tenancy,
             )  # fmt: skip
         except BaseException:
             for tier in tiers:  # release what was opened (disk locks, redis connections)
@@ -122,15 +126,24 @@ class ContextCache:
     def clock(self) -> Clock:
         return self._engine.clock
 
-    def namespace(self, namespace: str | Namespace = "default") -> Namespace:
-        """The namespace of a tenant name (cached), or ``namespace`` itself."""
-        return self._engine.namespace(namespace)
+    @property
+    def tenancy(self) -> Tenancy | None:
+        """The configured tenants (None: one implicit tenant per namespace name)."""
+        return self._engine.tenancy
+
+    def namespace(self, namespace: str | Namespace = "default", cache_salt: str | None = None) -> Namespace:
+        """The namespace of a tenant name (cached), or ``namespace`` itself. With tenants
+        configured, an unknown tenant raises ``UnknownTenantError``."""
+        return self._engine.namespace(namespace, cache_salt)
 
     # --- the request path -----------------------------------------------------------------------------
-    def prompt(self, tokens: Tokens | Prompt, namespace: str | Namespace = "default") -> Prompt:
+    def prompt(
+        self, tokens: Tokens | Prompt, namespace: str | Namespace = "default", cache_salt: str | None = None
+    ) -> Prompt:
         """Validate ``tokens`` once for a whole request. Pass the Prompt to ``lookup``, ``store``
-        and to prefixes (``prompt.prefix(n)``): its block keys are hashed at most once."""
-        return self._engine.prompt(tokens, namespace)
+        and to prefixes (``prompt.prefix(n)``): its block keys are hashed at most once.
+        ``cache_salt`` (vLLM's per-request salt) narrows sharing within the tenant."""
+        return self._engine.prompt(tokens, namespace, cache_salt)
 
     def lookup(self, tokens: Tokens | Prompt, namespace: str | Namespace = "default") -> Match:
         """Find and pin the longest cached prefix of ``tokens``, from any tier. Call ``release``."""
@@ -162,6 +175,23 @@ class ContextCache:
     def evict_all(self) -> int:
         """Evict every unpinned block (tests, admin). Returns blocks removed from the index."""
         return self._engine.evict_all()
+
+    def erase_tenant(self, tenant: str) -> dict[str, Any]:
+        """Remove every block of ``tenant`` from every tier (RAM, disk files, Redis keys), wait for
+        the deletes and check each persistent tier again (``verified``). Logged to the audit log."""
+        return self._engine.erase_tenant(tenant)
+
+    def clear(self) -> dict[str, Any]:
+        """Erase every unpinned block of every tenant from every tier, like ``erase_tenant``."""
+        return _erasure.flush_all(self._engine)
+
+    def tenant_usage(self, tenant: str) -> dict[str, Any]:
+        """Bytes and quota per tier, blocks, lookups and hit tokens of one tenant."""
+        return self._engine.tenant_usage(tenant)
+
+    def sweep(self, now: float | None = None) -> int:
+        """Reclaim expired blocks now (a background thread does it every second)."""
+        return self._engine.sweep(now)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every queued write and delete has reached its tier. False on timeout."""

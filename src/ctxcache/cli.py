@@ -18,7 +18,9 @@ from rich.table import Table
 
 from . import __version__
 from .cache import ContextCache
+from .cli_cache import cache_app
 from .errors import CtxCacheError
+from .observability.cli import register as register_observability
 from .policies import policy_names
 from .sim.costmodel import PRESETS, get_cost_model
 from .sim.report import plot_curves, render_table, run_grid, to_record
@@ -26,6 +28,7 @@ from .sim.simulator import SEMANTICS, Trace
 from .sim.traces import MOONCAKE_BLOCK, count_lines, read_mooncake
 
 app = typer.Typer(add_completion=False, help="ctxcache: a dynamic context (KV) cache for LLM inference.")
+app.add_typer(cache_app, name="cache")
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
 
@@ -210,6 +213,9 @@ def simulate(
             console.print(f"plot written to {plot}")
 
 
+_PRINT_CONFIG = "print the effective configuration and where each value came from, then exit"
+
+
 def _env(name: str) -> str:
     return f"CTXCACHE_{name}"
 
@@ -246,16 +252,18 @@ def serve(
         typer.Option(help="context limit: prompt + max_tokens (capped by the model's)", envvar=_env("MAX_MODEL_LEN")),
     ] = None,
     block_size: Annotated[int | None, typer.Option(help="tokens per cached block", envvar=_env("BLOCK_SIZE"))] = None,
-    log_level: Annotated[str, typer.Option(help="ctxcache's log level", envvar=_env("LOG_LEVEL"))] = "info",
+    log_level: Annotated[
+        str | None,
+        typer.Option(help="ctxcache's log level: DEBUG, INFO, WARNING, ERROR (default INFO)", envvar=_env("LOG_LEVEL")),
+    ] = None,
+    log_json: Annotated[
+        bool | None,
+        typer.Option("--log-json/--log-text", help="log one JSON object per line (default: $CTXCACHE_LOG_JSON)"),
+    ] = None,
     uvicorn_log_level: Annotated[
         str, typer.Option(help="uvicorn's log level (access log at info)", envvar=_env("UVICORN_LOG_LEVEL"))
     ] = "info",
-    print_config: Annotated[
-        bool,
-        typer.Option(
-            "--print-config", help="print the effective configuration and where each value came from, then exit"
-        ),
-    ] = False,
+    print_config: Annotated[bool, typer.Option("--print-config", help=_PRINT_CONFIG)] = False,
 ) -> None:
     """Serve a model over OpenAI- and Anthropic-compatible HTTP APIs, with the context cache.
 
@@ -267,7 +275,8 @@ def serve(
 
     sources = {name: _source(ctx, name) for name in ctx.params}
     over = Overrides(api_keys=api_key or [], names=served_model_name or [], max_context=max_model_len,
-                     block_size=block_size, log_level=log_level, uvicorn_log_level=uvicorn_log_level,
+                     block_size=block_size, log_level=log_level, log_json=log_json,
+                     uvicorn_log_level=uvicorn_log_level,
                      sources=sources)  # fmt: skip
     run_server(model, host, port, config, over, print_config=print_config)
 
@@ -277,49 +286,7 @@ def _source(ctx: typer.Context, name: str) -> str:
     return {"COMMANDLINE": "flag", "ENVIRONMENT": "environment"}.get(getattr(src, "name", ""), "default")
 
 
-cache_app = typer.Typer(help="The on-disk KV cache of `ctxcache serve` ($CTXCACHE_HOME/kv).")
-app.add_typer(cache_app, name="cache")
-
-
-def _size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
-@cache_app.command("clear")
-def cache_clear(
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
-    models: Annotated[bool, typer.Option("--models", help="also delete the converted default model")] = False,
-) -> None:
-    """Delete the KV blocks that `ctxcache serve` saved on disk (a running server's are kept)."""
-    import fcntl
-    import shutil
-
-    from .integrations.model_store import ctxcache_home
-
-    home = ctxcache_home()
-    targets = sorted(p for p in (home / "kv").glob("*") if p.is_dir()) + (
-        [home / "models"] if models and (home / "models").is_dir() else []
-    )
-    if not targets:
-        console.print(f"nothing to clear under {home}")
-        return
-    total = sum(_size(p) for p in targets)
-    if not yes and not typer.confirm(f"delete {len(targets)} directories ({total / 2**30:.2f} GiB) under {home}?"):
-        raise typer.Exit(1)
-    freed = 0
-    for p in targets:
-        lock = p / "LOCK"
-        if lock.exists():  # a disk tier holds an exclusive flock on LOCK while a server runs
-            with lock.open("rb") as f:
-                try:
-                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
-                    err.print(f"[yellow]skipped[/yellow] {p}: in use by a running server (stop it first)")
-                    continue
-        size = _size(p)
-        shutil.rmtree(p)
-        freed += size
-    console.print(f"freed {freed / 2**30:.2f} GiB under {home}")
+register_observability(app)  # analyze, ab-report
 
 
 def main() -> None:

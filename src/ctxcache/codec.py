@@ -28,26 +28,26 @@ import math
 import struct
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import xxhash
 
+from .codec_arrays import _F16, _FLOATS, _I8, ALIGN, MODES, _array, _quantize, _rebuild, _to_f16
 from .errors import ConfigError, CorruptBlockError, MissingDependencyError, PayloadError
-from .payload import _BF16, _DTYPES, ARRAY, BYTES, DICT, LIST, PAIRS, flatten
+from .payload import _BF16, _DTYPES, ARRAY, BYTES, flatten
 
 MAGIC = b"CTXB"
-FORMAT_VERSION = 1
-ALIGN = 64
-MODES: tuple[str, ...] = ("raw", "fp16", "k16v8", "int8")
+FORMAT_VERSION = 2  # 2: the header carries the owning tenant, and the payload may be sealed
+READABLE_VERSIONS = (1, 2)  # a version-1 header is a version-2 one with no tenant, unsealed
+SEAL_OVERHEAD = 28  # AES-GCM: a 12-byte nonce and a 16-byte tag
+SEALED = 0x80  # flag on the payload-kind byte: the stored payload is AES-GCM ciphertext
 COMPRESSIONS: tuple[str, ...] = ("none", "lz4", "zstd")
-_FIXED = struct.Struct("<4sHBBBBB1xIIIIQQQQ")  # 60 bytes; header_sum is the last field
+_FIXED = struct.Struct("<4sHBBBBBBIIIIQQQQ")  # 60 bytes; header_sum is the last field
 _SUM_AT = _FIXED.size - 8
 FIXED_HEADER_SIZE = _FIXED.size
 _ENTRY = struct.Struct("<BBBBH2xQQQQ")
 _MAX_NDIM, _MAX_ARRAYS, _MAX_NAME = 16, 1 << 16, 1 << 12
-_F16, _I8 = 1, 5
-_FLOATS = {1, 2, 3, _BF16}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +60,7 @@ class Block:
     tokens: bytes
     payload: Any
     nbytes: int
+    tenant: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,23 @@ class Header:
     tokens: bytes
     header_len: int
     total_len: int
+    tenant: bytes = b""
+    sealed: bool = False
+
+
+class Sealer(Protocol):
+    """Encryption at rest, per tenant (``engine/sealing.py``: AES-GCM). ``aad`` binds the block's
+    identity (key, parent, depth, tenant, token bytes): a block edited, or copied under another
+    key or tenant, fails to open. ``open`` raises any exception on failure."""
+
+    def seal(self, tenant: bytes, aad: bytes, data: bytes) -> bytes: ...
+
+    def open(self, tenant: bytes, aad: bytes, data: Any) -> bytes: ...
+
+
+def _aad(key: bytes, parent: bytes, depth: int, tenant: bytes, tokens: bytes) -> bytes:
+    parts = (key, parent, tenant, tokens, depth.to_bytes(4, "little"))
+    return b"ctxcache/block/v2" + b"".join(len(x).to_bytes(4, "little") + x for x in parts)
 
 
 def _compressor(name: str) -> Any:
@@ -83,36 +101,6 @@ def _compressor(name: str) -> Any:
         ) from None
 
 
-def _quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """int8 values and one float16 scale per row (last axis), with |x - q*s| <= s/2 per element."""
-    x32 = x.astype(np.float32, copy=False)
-    amax = np.max(np.abs(x32), axis=-1, keepdims=True, initial=0.0)
-    if not np.isfinite(amax).all():
-        raise PayloadError("cannot quantize non-finite values (nan/inf) to int8")
-    scale = (amax / 127.0).astype(np.float16)
-    if not np.isfinite(scale).all():
-        raise PayloadError("values too large for int8 with float16 scales (|x| > 8.3e6)")
-    # Rounding the scale to float16 may shrink it; bump those rows so q never leaves [-127, 127].
-    low = scale.astype(np.float32) * 127.0 < amax
-    scale[low] = np.nextafter(scale[low], np.float16(np.inf))
-    s32 = scale.astype(np.float32)
-    inv = np.divide(1.0, s32, out=np.zeros_like(s32), where=s32 > 0)
-    q = np.clip(np.rint(x32 * inv), -127, 127).astype(np.int8)
-    return q, scale.reshape(x.shape[:-1])
-
-
-def _to_f16(x: np.ndarray, code: int) -> np.ndarray:
-    src = (x.astype(np.uint32) << 16).view(np.float32) if code == _BF16 else x
-    big = np.abs(src) > 65504.0  # checked on the source: isfinite on float16 is a slow scalar loop
-    if big.any() and np.isfinite(src[big]).any():
-        raise PayloadError("values exceed the float16 range (|x| > 65504): use mode 'raw'")
-    return src.astype(np.float16)
-
-
-# float16 -> float32 by table lookup: exact, and about twice as fast as numpy's scalar cast loop.
-_F16_TO_F32 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
-
-
 class Codec:
     """Encodes payloads into blobs and back, with one mode and compression (validated here)."""
 
@@ -124,9 +112,14 @@ class Codec:
         if compression not in COMPRESSIONS:
             raise ConfigError(f"unknown compression {compression!r}; known: {', '.join(COMPRESSIONS)}")
         self.mode, self.compression, self.level, self.max_bytes = mode, compression, level, max_bytes
+        self.sealer: Sealer | None = None  # set by the engine when encryption at rest is on
         self._mode_id, self._comp_id = MODES.index(mode), COMPRESSIONS.index(compression)
         if compression != "none":
             _compressor(compression)  # fail at configuration time, not at the first demotion
+
+    def same_format(self, other: Codec) -> bool:
+        """Blobs of one are blobs of the other (moved between tiers without re-encoding)."""
+        return (self.mode, self.compression, self.sealer) == (other.mode, other.compression, other.sealer)
 
     # --- encoding ----------------------------------------------------------------------------------
     def _storage(self, i: int, code: int, ndim: int, kind: int) -> int:
@@ -150,10 +143,13 @@ class Codec:
             out.append((name, scode, code, tuple(a.shape), stored, scale))
         return kind, out
 
-    def encode(self, payload: Any, key: bytes, tokens: bytes = b"", parent: bytes = b"", depth: int = 0) -> bytes:
-        """The blob of one block. Raises PayloadError for payloads it cannot represent."""
-        if len(key) > 255 or len(parent) > 255 or not 0 <= depth < 1 << 32:
-            raise PayloadError("block keys are at most 255 bytes and depth fits in 32 bits")
+    def encode(
+        self, payload: Any, key: bytes, tokens: bytes = b"", parent: bytes = b"", depth: int = 0, tenant: bytes = b""
+    ) -> bytes:
+        """The blob of one block, owned by ``tenant`` (sealed with its key when a sealer is set).
+        Raises PayloadError for payloads it cannot represent."""
+        if len(key) > 255 or len(parent) > 255 or len(tenant) > 255 or not 0 <= depth < 1 << 32:
+            raise PayloadError("block keys and tenant ids are at most 255 bytes and depth fits in 32 bits")
         kind, plan = self._plan(payload)
         if len(plan) >= _MAX_ARRAYS:
             raise PayloadError(f"a block holds fewer than {_MAX_ARRAYS} arrays, got {len(plan)}")
@@ -181,21 +177,25 @@ class Codec:
                 packed = mod.compress(raw, store_size=False)
             if len(packed) < raw_len:
                 parts, comp = [packed], self._comp_id
+        if self.sealer is not None:
+            parts = [self.sealer.seal(tenant, _aad(key, parent, depth, tenant, tokens), b"".join(parts))]
+            kind |= SEALED
         h = xxhash.xxh3_64()
         deque(map(h.update, parts), maxlen=0)
         payload_len = sum(len(p) for p in parts)
-        var = key + parent + tokens + b"".join(table)
+        var = key + parent + tenant + tokens + b"".join(table)
         hlen = _FIXED.size + len(var) + -(_FIXED.size + len(var)) % ALIGN
-        fixed = [MAGIC, FORMAT_VERSION, self._mode_id, comp, kind, len(key), len(parent), depth, len(plan)]
+        fixed = [MAGIC, FORMAT_VERSION, self._mode_id, comp, kind, len(key), len(parent), len(tenant), depth]
+        fixed += [len(plan)]
         fixed += [len(tokens), hlen, raw_len, payload_len, h.intdigest()]
         head = bytearray(_FIXED.pack(*fixed, 0) + var + bytes(hlen - _FIXED.size - len(var)))
         struct.pack_into("<Q", head, _SUM_AT, xxhash.xxh3_64_intdigest(head))
         return b"".join([head, *parts])
 
-    def encoded_size(self, payload: Any, key_len: int = 16, tokens_len: int = 0) -> int:
+    def encoded_size(self, payload: Any, key_len: int = 16, tokens_len: int = 0, tenant_len: int = 0) -> int:
         """Bytes ``encode`` will produce at most (exact without compression), without encoding."""
         kind, arrays = flatten(payload)
-        hlen, off = _FIXED.size + 2 * key_len + tokens_len, 0
+        hlen, off = _FIXED.size + 2 * key_len + tokens_len + tenant_len, 0
         for i, (name, a, code) in enumerate(arrays):
             hlen += _ENTRY.size + 8 * a.ndim + len(name.encode())
             scode = self._storage(i, code, a.ndim, kind)
@@ -203,7 +203,7 @@ class Codec:
                 [a.size, 2 * math.prod(a.shape[:-1])] if scode == _I8 != code else [a.size * _DTYPES[scode].itemsize]
             )
             off += sum(n + -n % ALIGN for n in sizes)
-        return hlen + -hlen % ALIGN + off
+        return hlen + -hlen % ALIGN + off + (SEAL_OVERHEAD if self.sealer is not None else 0)
 
     # --- decoding ----------------------------------------------------------------------------------
     def decode(self, blob: Any, key: bytes | None = None) -> Block:
@@ -223,10 +223,13 @@ class Codec:
         if len(mv) != head.total_len:
             raise CorruptBlockError(f"blob is {len(mv)} B, header says {head.total_len} B (truncated?)")
         f = _FIXED.unpack_from(mv)
-        mode, comp, kind, n_arrays, raw_len, payload_len, psum = f[2], f[3], f[4], f[8], f[11], f[12], f[13]
-        body = mv[head.header_len :]
+        mode, comp, kind, n_arrays, raw_len, payload_len, psum = f[2], f[3], f[4], f[9], f[12], f[13], f[14]
+        body: Any = mv[head.header_len :]
         if xxhash.xxh3_64_intdigest(body) != psum:
             raise CorruptBlockError("payload checksum mismatch")
+        if head.sealed:
+            body = self._open(head, body)
+            kind, payload_len = kind & ~SEALED, len(body)
         if comp == 0:
             if raw_len != payload_len:
                 raise CorruptBlockError("uncompressed payload length mismatch")
@@ -235,7 +238,7 @@ class Codec:
             if raw_len > self.max_bytes:
                 raise CorruptBlockError(f"block claims {raw_len} B uncompressed, over the {self.max_bytes} B limit")
             raw = self._decompress(COMPRESSIONS[comp], body, raw_len)
-        pos = _FIXED.size + len(head.key) + len(head.parent) + len(head.tokens)
+        pos = _FIXED.size + len(head.key) + len(head.parent) + len(head.tenant) + len(head.tokens)
         arrays = []
         for _ in range(n_arrays):
             scode, code, ndim, quant, name_len, off, n, soff, sn = _ENTRY.unpack_from(mv, pos)
@@ -249,7 +252,18 @@ class Codec:
             if pos > head.header_len:
                 raise CorruptBlockError("array table overruns the header")
             arrays.append((name, _array(raw, raw_len, scode, code, shape, quant, off, n, soff, sn, mode)))
-        return Block(head.key, head.parent, head.depth, head.tokens, _rebuild(kind, arrays), len(mv))
+        return Block(head.key, head.parent, head.depth, head.tokens, _rebuild(kind, arrays), len(mv), head.tenant)
+
+    def _open(self, head: Header, body: Any) -> bytes:
+        if self.sealer is None:
+            raise CorruptBlockError("the block is encrypted and no key is configured: it is a miss")
+        aad = _aad(head.key, head.parent, head.depth, head.tenant, head.tokens)
+        try:
+            return self.sealer.open(head.tenant, aad, body)
+        except Exception:
+            raise CorruptBlockError(
+                "the block failed authentication: edited, or copied from another key or tenant"
+            ) from None
 
     @staticmethod
     def _decompress(name: str, body: memoryview, raw_len: int) -> bytes:
@@ -259,56 +273,6 @@ class Codec:
         if len(out) != raw_len:
             raise CorruptBlockError("decompressed payload length mismatch")
         return bytes(out)
-
-
-def _array(
-    raw: Any, raw_len: int, scode: int, code: int, shape: tuple[int, ...], quant: int, off: int, n: int, soff: int,
-    sn: int, mode: int,
-) -> np.ndarray:  # fmt: skip
-    dt = _DTYPES[scode]
-    count = math.prod(shape)
-    if off % ALIGN or off + n > raw_len or count * dt.itemsize != n:
-        raise CorruptBlockError("array buffer out of bounds or of the wrong length")
-    if quant:
-        valid = scode == _I8 and code in _FLOATS and MODES[mode] in ("k16v8", "int8")
-    else:
-        valid = scode == code or (scode == _F16 and code in _FLOATS and MODES[mode] != "raw")
-    if not valid:
-        raise CorruptBlockError("stored and original dtypes do not match the mode")
-    # frombuffer refuses an offset at the very end of the buffer, which an empty array may have.
-    a = np.frombuffer(raw, dtype=dt, count=count, offset=off).reshape(shape) if count else np.empty(shape, dt)
-    if quant:
-        rows = shape[:-1] if shape else None
-        if rows is None or soff % ALIGN or soff + sn > raw_len or math.prod(rows) * 2 != sn:
-            raise CorruptBlockError("scale buffer out of bounds or of the wrong length")
-        scale = np.frombuffer(raw, dtype="<f2", count=math.prod(rows), offset=soff).reshape(*rows, 1)
-        if not np.isfinite(scale).all():
-            raise CorruptBlockError("non-finite quantization scale")
-        a = a.astype(np.float32) * scale.astype(np.float32)
-    elif scode == _BF16:
-        return (a.astype(np.uint32) << 16).view(np.float32)
-    target = np.dtype(np.float32) if code == _BF16 else _DTYPES[code]
-    if a.dtype == target:
-        return a
-    if scode == _F16 and target == np.float32:
-        return np.take(_F16_TO_F32, a.view(np.uint16))
-    return a.astype(target)
-
-
-def _rebuild(kind: int, arrays: list[tuple[str, np.ndarray]]) -> Any:
-    if kind == BYTES:
-        if len(arrays) != 1 or arrays[0][1].dtype != np.uint8 or arrays[0][1].ndim != 1:
-            raise CorruptBlockError("a bytes block holds exactly one uint8 vector")
-        return arrays[0][1].tobytes()
-    if kind == DICT and len({n for n, _ in arrays}) == len(arrays):
-        return dict(arrays)
-    if kind == PAIRS and len(arrays) % 2 == 0:
-        return [(arrays[i][1], arrays[i + 1][1]) for i in range(0, len(arrays), 2)]
-    if kind == LIST:
-        return [a for _, a in arrays]
-    if kind == ARRAY and len(arrays) == 1:
-        return arrays[0][1]
-    raise CorruptBlockError(f"payload kind {kind} does not fit its {len(arrays)} arrays")
 
 
 def read_header(buf: Any) -> Header:
@@ -321,25 +285,28 @@ def read_header(buf: Any) -> Header:
         if len(mv) < _FIXED.size:
             raise CorruptBlockError(f"blob of {len(mv)} B is shorter than a block header")
         f = _FIXED.unpack_from(mv)
-        magic, version, mode, comp, kind, klen, plen, depth, _, tlen, hlen = f[:11]
+        magic, version, mode, comp, kind, klen, plen, nlen, depth, _, tlen, hlen = f[:12]
         if magic != MAGIC:
             raise CorruptBlockError("not a ctxcache block (bad magic)")
-        if version != FORMAT_VERSION:
-            raise CorruptBlockError(f"block format version {version}, this build reads {FORMAT_VERSION}")
-        if mode >= len(MODES) or comp >= len(COMPRESSIONS) or kind > ARRAY:
+        if version not in READABLE_VERSIONS:
+            raise CorruptBlockError(f"block format version {version}, this build reads {READABLE_VERSIONS}")
+        if version == 1 and (nlen or kind & SEALED):
+            raise CorruptBlockError("a version-1 block carries no tenant and is never sealed")
+        if mode >= len(MODES) or comp >= len(COMPRESSIONS) or kind & ~SEALED > ARRAY:
             raise CorruptBlockError("unknown mode, compression or payload kind")
-        if hlen % ALIGN or hlen < _FIXED.size + klen + plen + tlen or hlen > len(mv):
+        if hlen % ALIGN or hlen < _FIXED.size + klen + plen + nlen + tlen or hlen > len(mv):
             raise CorruptBlockError("bad header length (truncated?)")
         h = xxhash.xxh3_64()
         h.update(mv[:_SUM_AT])
         h.update(bytes(8))
         h.update(mv[_SUM_AT + 8 : hlen])
-        if h.intdigest() != f[14]:
+        if h.intdigest() != f[15]:
             raise CorruptBlockError("header checksum mismatch")
         p = _FIXED.size
         key, parent = bytes(mv[p : p + klen]), bytes(mv[p + klen : p + klen + plen])
-        tokens = bytes(mv[p + klen + plen : p + klen + plen + tlen])
-        return Header(key, parent, depth, tokens, hlen, hlen + f[12])
+        p += klen + plen
+        tenant, tokens = bytes(mv[p : p + nlen]), bytes(mv[p + nlen : p + nlen + tlen])
+        return Header(key, parent, depth, tokens, hlen, hlen + f[13], tenant, bool(kind & SEALED))
     except CorruptBlockError:
         raise
     except Exception as exc:
@@ -351,4 +318,4 @@ def header_length(prefix: Any) -> int:
     mv = memoryview(prefix).cast("B")
     if len(mv) < _FIXED.size or bytes(mv[:4]) != MAGIC:
         raise CorruptBlockError("not a ctxcache block (bad magic or too short)")
-    return int(_FIXED.unpack_from(mv)[10])
+    return int(_FIXED.unpack_from(mv)[11])

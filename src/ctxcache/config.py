@@ -49,9 +49,11 @@ class CacheConfig:
     tiers: list[TierConfig] = field(default_factory=list)
     promote: bool = True  # copy blocks hit in a slower tier into the top tier
     write_buffer: int = 256 << 20  # RAM that queued writes to disk/redis may hold
+    tenants: dict[str, Any] = field(default_factory=dict)  # [tenants.<id>]: see engine/tenancy.py
+    tenancy: dict[str, Any] = field(default_factory=dict)  # [tenancy]: secret, max_pinned, ...
 
 
-_TOP = {"block_size", "hash", "model", "salt", "tiers", "promote", "write_buffer"}
+_TOP = {"block_size", "hash", "model", "salt", "tiers", "promote", "write_buffer", "tenants", "tenancy"}
 _TIER = {"kind", "capacity", "policy", "high", "low", "name"}
 
 
@@ -100,7 +102,12 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str]) -> CacheConf
     promote = data.get("promote", True)
     if not isinstance(promote, bool):
         raise ConfigError(f"promote must be true or false, got {promote!r}")
+    tenants, tenancy = data.get("tenants", {}), data.get("tenancy", {})
+    if not isinstance(tenants, Mapping) or not isinstance(tenancy, Mapping):
+        raise ConfigError("tenants and tenancy must be tables")
     return CacheConfig(
+        tenants=dict(tenants),
+        tenancy=dict(tenancy),
         block_size=bs,
         hash=h,
         model=str(data.get("model", "default")),

@@ -103,6 +103,10 @@ def test_a_dead_slow_tier_costs_hits_not_requests():
             r"\bc\.(evictions|demotions|demotions_skipped|promotions|discovered|lost|write_errors)\s*\+=",
             "engine/placement.py",
         ),
+        (r"\bc(ounters)?\.(throttled_waits|throttled_recomputes)\s*\+=", "engine/lookup.py"),  # tenancy
+        (r"\bc(ounters)?\.(expired|erased)\s*\+=", "engine/erasure.py"),
+        (r"\b(by_tenant|owners)\[[^\]]*\]\s*=|\b(by_tenant|owners)\.pop\(", "engine/slot.py"),
+        (r"\bts\[\"(lookups|hit_tokens|lookup_tokens)\"\]\s*\+=", "engine/lookup.py"),
     ],
 )
 def test_each_counter_is_changed_in_one_module(pattern, owner):

@@ -34,7 +34,7 @@ def test_policy_events_and_counters_go_through_the_slot():
     s.touch(["a"])  # a is now the most recent
     assert s.hits == 1 and s.holds("b")
     assert s.victim(lambda k: True) == "b"
-    s.evicted()
+    s.evicted("b")
     s.drop("c")
     assert not s.holds("c") and s.evictions == 1
     st = s.stats()

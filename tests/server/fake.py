@@ -33,7 +33,7 @@ class FakeStream:
         lm, ids, kw = self.lm, self.ids, self.kw
         if lm.gate is not None:
             lm.gate.wait(timeout=30)
-        lm.order.append(kw["namespace"] + ":" + str(len(ids)))
+        lm.order.append(getattr(kw["namespace"], "tenant", kw["namespace"]) + ":" + str(len(ids)))
         bs = lm.block_size
         hit = created = 0
         by_tier = {}

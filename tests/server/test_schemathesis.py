@@ -45,7 +45,9 @@ def test_the_api_does_what_its_schema_says(case, live):
     if case.meta is not None and case.meta.generation.mode.is_positive:
         # Schema-valid data is accepted, with the one cross-field rule JSON Schema cannot state
         # (at most 4 cache_control breakpoints in a request; its description says so).
+        # The admin API is off in this app (no admin key configured): 403 is its documented answer.
         ok = response.status_code in (200, 405) or "cache_control breakpoints" in response.text
+        ok = ok or (response.status_code == 403 and "the admin API is disabled" in response.text)
         assert ok, (response.status_code, response.text[:300], case.body)
 
 

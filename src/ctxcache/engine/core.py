@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from ..index import RadixIndex
@@ -19,12 +19,20 @@ from ..keys import BlockHasher, Namespace, Prompt, Tokens
 from ..tiers import Tier
 from ..units import Clock
 from ..usage import Usage
+from . import erasure as _erasure
 from . import lookup as _lookup
 from . import store as _store
+from .bandwidth import TokenBucket
+from .expiry import Expiry
 from .factory import make_slots
+from .fairness import Fairness
 from .lookup import Match
 from .placement import LOST, Placement
-from .slot import Counters, Slot
+from .sealing import TenantSealer
+from .slot import ORPHAN, Counters, Slot
+from .tenancy import Tenancy
+
+SWEEP_EVERY_S = 1.0
 
 
 class Engine:
@@ -39,6 +47,8 @@ class Engine:
         clock: Clock = time.monotonic,
         promote: bool = True,
         write_buffer: int = 256 << 20,
+        tenancy: Tenancy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.slots: list[Slot] = make_slots(tiers, clock, block_size)
         self.hasher = BlockHasher(block_size, hash)
@@ -50,35 +60,84 @@ class Engine:
         self.index = RadixIndex()
         self.lock = threading.RLock()
         self.counters = Counters()
-        self._namespaces: dict[str, Namespace] = {}
+        self._namespaces: dict[tuple[str, str | None], Namespace] = {}
+        self.tenancy = tenancy
+        self.sleep = sleep
+        self.expiry = Expiry()
+        self.buckets: dict[str, TokenBucket] = {}
+        self.tenant_stats: dict[str, dict[str, int]] = {}  # written by the lookup only
         self.placement = Placement(
             self.slots, self.index, self.lock, self.counters, promote=promote, write_buffer=write_buffer
         )
         # One RAM tier of live objects: lookups need no verification beyond the index's.
         self.simple = len(self.slots) == 1 and self.placement.all_memory and self.tiers[0].codec is None
         self._closed = False
+        self._stop = threading.Event()
+        self._sweeper: threading.Thread | None = None
+        if tenancy is not None:
+            self._set_tenancy(tenancy)
         for slot in self.slots:
             slot.policy.attach(self.index)
-            if slot.persistent:  # blocks left by an earlier run: evictable orphans, oldest first
-                slot.admit_chain(list(slot.tier.keys()))
+            if slot.persistent:  # blocks left by an earlier run: evictable orphans, oldest first,
+                for key in list(slot.tier.keys()):  # charged to the tenant their header names
+                    slot.admit(key, tenant=slot.tier.tenant_of(key).decode(errors="replace") or ORPHAN)
+
+    def _set_tenancy(self, tenancy: Tenancy) -> None:
+        get = self.index.get
+
+        def owner_of(key: Hashable) -> str:
+            node = get(key)
+            return node.tag if node is not None and isinstance(node.tag, str) else ORPHAN
+
+        for slot in self.slots:
+            slot.owner_of = owner_of
+            slot.quotas = {t.id: t.quota[slot.name] for t in tenancy.tenants.values() if slot.name in t.quota}
+        self.placement.fairness = Fairness(tenancy, lambda key: self.expiry.expired(key, self.clock()))
+        for t in tenancy.tenants.values():
+            if t.rate is not None:
+                self.buckets[t.id] = TokenBucket(t.rate, t.burst, self.clock)
+        if tenancy.master_key is not None:
+            sealer = TenantSealer(tenancy.master_key)
+            for slot in self.slots:
+                if slot.slow and slot.tier.codec is not None:
+                    slot.tier.codec.sealer = sealer
+        if any(t.ttl is not None for t in tenancy.tenants.values()):
+            self._sweeper = threading.Thread(target=self._sweep_loop, name="ctxcache-ttl-sweeper", daemon=True)
+            self._sweeper.start()
+
+    def _sweep_loop(self) -> None:
+        while not self._stop.wait(SWEEP_EVERY_S):
+            self.sweep()
 
     # --- requests -----------------------------------------------------------------------------------
-    def namespace(self, namespace: str | Namespace = "default") -> Namespace:
+    def namespace(self, namespace: str | Namespace = "default", cache_salt: str | None = None) -> Namespace:
+        """A tenant's namespace (cached). With tenants configured, the tenant must exist and its
+        root is derived from the server secret (``Tenancy.root_salt``); ``cache_salt`` narrows it."""
         if isinstance(namespace, Namespace):
             return namespace
         if not isinstance(namespace, str):
             raise TypeError(f"namespace must be a str or Namespace, not {type(namespace).__name__}")
-        ns = self._namespaces.get(namespace)
+        ns = self._namespaces.get((namespace, cache_salt))
         if ns is None:
-            ns = Namespace(tenant=namespace, model=self.model, salt=self.salt)
-            self._namespaces[namespace] = ns
+            if self.tenancy is not None:
+                salt = self.salt + self.tenancy.root_salt(namespace, cache_salt)
+            elif cache_salt is not None:
+                from .tenancy import check_salt
+
+                salt = self.salt + b"/" + check_salt(cache_salt).encode()
+            else:
+                salt = self.salt
+            ns = Namespace(tenant=namespace, model=self.model, salt=salt)
+            self._namespaces[(namespace, cache_salt)] = ns
         return ns
 
-    def prompt(self, tokens: Tokens | Prompt, namespace: str | Namespace = "default") -> Prompt:
+    def prompt(
+        self, tokens: Tokens | Prompt, namespace: str | Namespace = "default", cache_salt: str | None = None
+    ) -> Prompt:
         """Validate once; a Prompt passes through (its own namespace wins)."""
         if isinstance(tokens, Prompt):
             return tokens
-        return self.hasher.prompt(tokens, self.namespace(namespace))
+        return self.hasher.prompt(tokens, self.namespace(namespace, cache_salt))
 
     def lookup(self, tokens: Tokens | Prompt, namespace: str | Namespace = "default") -> Match:
         return _lookup.lookup(self, self.prompt(tokens, namespace))
@@ -108,6 +167,22 @@ class Engine:
     def flush(self, timeout: float | None = None) -> bool:
         return self.placement.mover.wait_idle(timeout)
 
+    def sweep(self, now: float | None = None) -> int:
+        """Reclaim expired blocks from every tier (the sweeper thread calls it). Returns how many."""
+        return _erasure.sweep(self, self.clock() if now is None else now)
+
+    def erase_tenant(self, tenant: str) -> dict[str, Any]:
+        """Remove every block of ``tenant`` from every tier, wait for the deletes, verify."""
+        return _erasure.erase_tenant(self, tenant)
+
+    def tenant_usage(self, tenant: str) -> dict[str, Any]:
+        with self.lock:
+            tiers = {s.name: {"bytes": s.tenant_used(tenant), "quota": s.quotas.get(tenant)} for s in self.slots}
+            out: dict[str, Any] = {"tenant": tenant, "tiers": tiers}
+            out.update(self.tenant_stats.get(tenant, {}))
+            out["blocks"] = sum(1 for n in self.index if n.tag == tenant)
+        return out
+
     def stats(self) -> dict[str, Any]:
         with self.lock:
             c = self.counters
@@ -117,6 +192,7 @@ class Engine:
             out["token_hit_ratio"] = c.hit_tokens / c.lookup_tokens if c.lookup_tokens else 0.0
             mover = self.placement.mover
             out["pending_moves"], out["write_buffer_bytes"] = len(mover.queue) + mover.busy, mover.buffered
+            out["mover_lag_s"] = mover.lag_s()
             out["corrupt"] = sum(t.corrupt for t in self.tiers)
             out["tiers"] = {s.name: s.stats() for s in self.slots}
         return out
@@ -144,6 +220,9 @@ class Engine:
         if self._closed:
             return
         self._closed = True
+        self._stop.set()
+        if self._sweeper is not None:
+            self._sweeper.join(timeout=5)
         self.spill()
         self.placement.mover.stop()
         with self.lock:

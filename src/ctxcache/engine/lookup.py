@@ -64,21 +64,50 @@ def lookup(e: Engine, prompt: Prompt) -> Match:
     n_full = prompt.n_blocks
     with e.lock:
         nodes = e.hasher.walk(prompt, e.index.getter)
+        if len(e.expiry):
+            e.expiry.cut(nodes, e.clock())  # an expired block is a miss
         if e.simple:
             return finish_simple(e, nodes, prompt, n_full)
         payloads, src, reads = plan(e, nodes)
         if not reads and not (e.placement.persistent and len(nodes) < n_full):
             return finish(e, nodes, payloads, src, prompt, resolved=False)
         e.index.pin(nodes)  # held while the lock is released for I/O
-    read(e, nodes, payloads, reads)
+    limit = throttle(e, nodes, reads, prompt.namespace.tenant)
+    read(e, nodes, payloads, reads, limit)
     cut = first_missing(payloads)
-    found = e.placement.discover(prompt, cut) if e.placement.persistent and cut < n_full else []
+    discover = e.placement.persistent and cut < n_full and limit >= len(nodes)
+    found = e.placement.discover(prompt, cut) if discover else []
     with e.lock:
-        resolve(e, nodes, payloads, src, found, prompt.namespace)
+        resolve(e, nodes, payloads, src, found, prompt.namespace, limit)
         return finish(e, nodes, payloads, src, prompt, resolved=True)
 
 
-def _count(e: Engine, n: int, n_full: int, n_tokens: int) -> int:
+def throttle(e: Engine, nodes: list[Node], reads: dict[int, list[int]], tenant: str) -> int:
+    """Lock released: draw the bytes of slow-tier loads from the tenant's bucket. When it is
+    empty, wait (up to ``max_wait``) or give the loads up for recompute, as configured. Returns
+    the number of leading blocks that may be loaded."""
+    bucket = e.buckets.get(tenant)
+    if bucket is None or not reads or e.tenancy is None:
+        return len(nodes)
+    first = min(i for idxs in reads.values() for i in idxs)
+    nbytes = sum(e.slots[t].tier.nbytes(nodes[i].key) for t, idxs in reads.items() for i in idxs)
+    if bucket.try_take(nbytes):
+        return len(nodes)
+    wait = bucket.wait_for(nbytes)
+    c = e.counters
+    if e.tenancy.on_throttle == "wait" and wait <= e.tenancy.max_wait:
+        e.sleep(wait)
+        with e.lock:
+            c.throttled_waits += 1
+        if bucket.try_take(nbytes) or bucket.wait_for(nbytes) == 0:
+            return len(nodes)
+    with e.lock:
+        c.throttled_recomputes += 1
+    return first
+
+
+def _count(e: Engine, nodes: list[Node], n_full: int, n_tokens: int, tenant: str) -> int:
+    n = len(nodes)
     hit = n * e.block_size
     c = e.counters
     c.lookups += 1
@@ -86,6 +115,14 @@ def _count(e: Engine, n: int, n_full: int, n_tokens: int) -> int:
     c.misses += n_full - n
     c.hit_tokens += hit
     c.lookup_tokens += n_tokens
+    if e.tenancy is not None:
+        ts = e.tenant_stats.setdefault(tenant, {"lookups": 0, "hit_tokens": 0, "lookup_tokens": 0})
+        ts["lookups"] += 1
+        ts["hit_tokens"] += hit
+        ts["lookup_tokens"] += n_tokens
+        ttl = e.tenancy.ttl(tenant)
+        if ttl is not None and nodes:
+            e.expiry.refresh(nodes, e.clock() + ttl)  # refreshed on hit
     return hit
 
 
@@ -101,7 +138,7 @@ def finish_simple(e: Engine, nodes: list[Node], prompt: Prompt, n_full: int) -> 
     if n:
         slot.touch(keys[::-1])  # deepest first: ancestors stay more recent
         e.index.pin(nodes[-1:])  # the deepest pin protects the whole chain (see finish)
-    hit = _count(e, n, n_full, len(prompt))
+    hit = _count(e, nodes, n_full, len(prompt), prompt.namespace.tenant)
     usage = Usage(cache_read_tokens=hit, uncached_tokens=len(prompt) - hit, by_tier={slot.name: hit} if n else {})
     return Match(hit, n, payloads, usage, prompt.namespace, nodes, _cache=e)
 
@@ -138,9 +175,12 @@ def plan(e: Engine, nodes: list[Node]) -> tuple[list[Any], list[int], dict[int, 
     return payloads, src, reads
 
 
-def read(e: Engine, nodes: list[Node], payloads: list[Any], reads: dict[int, list[int]]) -> None:
+def read(e: Engine, nodes: list[Node], payloads: list[Any], reads: dict[int, list[int]], limit: int) -> None:
     """Lock released: load from slow tiers. A failed block stays None in ``payloads``."""
     for t, idxs in reads.items():
+        idxs = [i for i in idxs if i < limit]
+        if not idxs:
+            continue
         blocks = e.slots[t].tier.load_many([nodes[i].key for i in idxs], [nodes[i].tokens for i in idxs])
         for i, block in zip(idxs, blocks):
             if block is not None:
@@ -148,13 +188,15 @@ def read(e: Engine, nodes: list[Node], payloads: list[Any], reads: dict[int, lis
 
 
 def resolve(
-    e: Engine, nodes: list[Node], payloads: list[Any], src: list[int], found: list[tuple[int, Block]], ns: Namespace
-) -> None:
-    """Under the lock again: record losses, index discovered blocks, promote, unpin."""
+    e: Engine, nodes: list[Node], payloads: list[Any], src: list[int], found: list[tuple[int, Block]], ns: Namespace,
+    limit: int,
+) -> None:  # fmt: skip
+    """Under the lock again: record losses, index discovered blocks, promote, unpin. Blocks from
+    ``limit`` on were not loaded (throttled): misses, not losses."""
     pl = e.placement
     pinned = list(nodes)
-    cut = first_missing(payloads)
-    for i in range(cut, len(nodes)):
+    cut = min(first_missing(payloads), limit)
+    for i in range(cut, limit):
         if payloads[i] is None:
             pl.lose(nodes[i], src[i])
     del nodes[cut:], payloads[cut:], src[cut:]
@@ -197,6 +239,6 @@ def finish(e: Engine, nodes: list[Node], payloads: list[Any], src: list[int], pr
     for s in src:
         name = e.slots[s].name
         by_tier[name] = by_tier.get(name, 0) + e.block_size
-    hit = _count(e, len(nodes), prompt.n_blocks, len(prompt))
+    hit = _count(e, nodes, prompt.n_blocks, len(prompt), prompt.namespace.tenant)
     usage = Usage(cache_read_tokens=hit, uncached_tokens=len(prompt) - hit, by_tier=by_tier)
     return Match(hit, len(nodes), payloads, usage, prompt.namespace, nodes, _cache=e)

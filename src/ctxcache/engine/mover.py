@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,7 @@ class Move:
     buffered: int = 0  # RAM held by payload/blob until done
     delete_src: bool = False
     ok: bool = False
+    queued_at: float = 0.0  # monotonic seconds, for the mover's lag
 
 
 class Mover:
@@ -60,6 +62,7 @@ class Mover:
         self.busy = 0  # moves taken off the queue, not yet reported
         self.errors = 0
         self.moved = 0
+        self._busy_since: float | None = None  # queued_at of the batch being written
         self._work = threading.Condition(lock)
         self._idle = threading.Condition(lock)
         self._stopping = False
@@ -72,6 +75,7 @@ class Mover:
         if move.src is not None:
             self.slots[move.src].reserve(0, move.release)
         self.buffered += move.buffered
+        move.queued_at = time.monotonic()
         self.queue.append(move)
         self.pending[move.key] = move
         if self._thread is None:
@@ -113,6 +117,7 @@ class Mover:
                         break
                     batch.append(self.queue.popleft())
                 self.busy += len(batch)
+                self._busy_since = head.queued_at
             try:
                 self._perform(batch)
             except Exception:  # noqa: BLE001 - a failing backend must not kill the writer
@@ -122,7 +127,14 @@ class Mover:
                 for m in batch:
                     self._finish(m)
                 self.busy -= len(batch)
+                self._busy_since = None
                 self._idle.notify_all()
+
+    def lag_s(self) -> float:
+        """Seconds the oldest unfinished move has waited (0 when idle); caller holds the lock.
+        A growing lag means a slow tier cannot keep up (or hangs)."""
+        oldest = [t for t in (self._busy_since, self.queue[0].queued_at if self.queue else None) if t is not None]
+        return time.monotonic() - min(oldest) if oldest else 0.0
 
     def _finish(self, m: Move) -> None:
         if m.dst is not None:
@@ -168,12 +180,14 @@ class Mover:
         """The block encoded with ``dst``'s codec, from the payload or from the source tier."""
         assert dst.codec is not None
         if m.payload is not None:
-            return dst.codec.encode(m.payload, key_bytes(m.key), m.meta.tokens, m.meta.parent, m.meta.depth)
+            return dst.codec.encode(
+                m.payload, key_bytes(m.key), m.meta.tokens, m.meta.parent, m.meta.depth, m.meta.tenant
+            )
         if src is None:
             return None
-        if src.codec is not None and (src.codec.mode, src.codec.compression) == (dst.codec.mode, dst.codec.compression):
+        if src.codec is not None and src.codec.same_format(dst.codec):
             return src.get_blob(m.key)  # verified by the source, copied as is
         block = src.load_many([m.key], [None])[0]
         if block is None:
             return None
-        return dst.codec.encode(block.payload, key_bytes(m.key), block.tokens, block.parent, block.depth)
+        return dst.codec.encode(block.payload, key_bytes(m.key), block.tokens, block.parent, block.depth, block.tenant)

@@ -24,6 +24,7 @@ from ..errors import PayloadError
 from ..index import Node, RadixIndex
 from ..keys import Prompt
 from ..tiers import NO_META, BlockMeta
+from .fairness import Fairness
 from .mover import Move, Mover
 from .slot import Counters, Slot
 
@@ -33,7 +34,8 @@ DISCOVER_BATCH = 32  # blocks probed per round trip when looking for blocks the 
 
 def meta_of(node: Node) -> BlockMeta:
     parent = node.parent if isinstance(node.parent, bytes) else b""
-    return BlockMeta(node.tokens, parent, node.depth)
+    tenant = node.tag.encode() if isinstance(node.tag, str) else b""
+    return BlockMeta(node.tokens, parent, node.depth, tenant)
 
 
 class Placement:
@@ -58,6 +60,7 @@ class Placement:
         self.persistent = [t for t, tier in enumerate(self.tiers) if tier.persistent]
         self.all_memory = not any(t.slow or t.persistent for t in self.tiers)
         self._can = [self._can_evict(t) for t in range(len(self.slots))]
+        self.fairness: Fairness | None = None  # set by the engine when tenants are configured
 
     def _can_evict(self, t: int) -> Callable[[Any], bool]:
         if self.all_memory:  # no copies, orphans or moves in flight: the index decides alone
@@ -78,10 +81,17 @@ class Placement:
     def used(self, t: int) -> int:
         return self.slots[t].used()
 
-    def room(self, t: int, size: int) -> bool:
-        """Make room for ``size`` bytes in tier ``t``; False if it cannot be made."""
-        free = self.slots[t].free()
-        return size <= free or (size <= self.slots[t].capacity and self.make_room(t, size - free))
+    def room(self, t: int, size: int, tenant: str | None = None) -> bool:
+        """Make room for ``size`` bytes of ``tenant`` in tier ``t``; False if it cannot be made.
+        A tenant at its quota in that tier makes room among its own blocks first."""
+        slot = self.slots[t]
+        quota = slot.quotas.get(tenant) if tenant is not None else None
+        if quota is not None:
+            over = slot.tenant_used(tenant) + size - quota  # type: ignore[arg-type]
+            if size > quota or (over > 0 and not self.make_room(t, over, only=tenant)):
+                return False
+        free = slot.free()
+        return size <= free or (size <= slot.capacity and self.make_room(t, size - free))
 
     def drain(self) -> None:
         """Bring every tier above its high watermark back down to its low one."""
@@ -91,19 +101,35 @@ class Placement:
                 self.make_room(t, excess)
 
     # --- leaving a tier ------------------------------------------------------------------------------
-    def make_room(self, t: int, nbytes: int) -> bool:
-        """Demote or evict from tier ``t`` until ``nbytes`` are freed. False if it could not."""
+    def make_room(self, t: int, nbytes: int, only: str | None = None) -> bool:
+        """Demote or evict from tier ``t`` until ``nbytes`` are freed. False if it could not.
+
+        With tenants, victims come in stages (``Fairness.stages``): blocks of tenants over their
+        share first, then best-effort, then SLO blocks; class-0 blocks only once expired.
+        ``only``: a tenant at its quota, which makes room among its own blocks."""
         slot, can = self.slots[t], self._can[t]
         goal = slot.used() - nbytes
-        while slot.used() > goal:
-            key = slot.victim(can)
-            if key is None:
-                return False
-            if not self._leave(t, key):
-                slot.admit(key)  # no room below and still needed: it stays
-                return False
-            slot.evicted()
-        return True
+        stages = [None] if self.fairness is None and only is None else self._stages(t, only)
+        for allowed in stages:
+            ok = can if allowed is None else (lambda k, a=allowed: a(k) and can(k))
+            while slot.used() > goal:
+                key = slot.victim(ok)
+                if key is None:
+                    break
+                if not self._leave(t, key):
+                    slot.admit(key)  # no room below and still needed: it stays
+                    return False
+                slot.evicted(key)
+            if slot.used() <= goal:
+                return True
+        return False
+
+    def _stages(self, t: int, only: str | None) -> list[Callable[[Any], bool] | None]:
+        slot = self.slots[t]
+        if only is not None:
+            return [lambda k: slot.owner(k) == only]
+        assert self.fairness is not None
+        return self.fairness.stages(slot)
 
     def _leave(self, t: int, key: Hashable) -> bool:
         node = self.index.get(key)
@@ -163,21 +189,14 @@ class Placement:
             blob = None
             if src.slow:
                 size = src.nbytes(key)  # same-codec estimate; the mover charges the real size
-            elif (
-                src.codec
-                and dst.codec
-                and (src.codec.mode, src.codec.compression)
-                == (
-                    dst.codec.mode,
-                    dst.codec.compression,
-                )
-            ):
+            elif src.codec and dst.codec and src.codec.same_format(dst.codec):
                 blob = src.get_blob(key)
                 size = len(blob) if blob is not None else 0
             else:
                 payload = src.get(key)
                 size = dst.size_of(payload) if payload is not None else 0
-            if (payload is None and blob is None and not src.slow) or not self.room(d, size):
+            owner = self.slots[t].owner(key)
+            if (payload is None and blob is None and not src.slow) or not self.room(d, size, owner):
                 return False
             meta = meta_of(node) if node is not None else NO_META
             if dst.slow:
@@ -195,7 +214,7 @@ class Placement:
                 else:
                     dst.put(key, payload, meta)
                 src.delete(key)
-            self.slots[d].admit(key)
+            self.slots[d].admit(key, size, owner)
         if node is not None:
             node.tier = d
         self.c.demotions += 1
@@ -225,10 +244,11 @@ class Placement:
             size = top.size_of(payload)
         except PayloadError:
             return
-        if (top.slow and self.mover.buffered + size > self.write_buffer) or not self.room(0, size):
+        tenant = node.tag if isinstance(node.tag, str) else None
+        if (top.slow and self.mover.buffered + size > self.write_buffer) or not self.room(0, size, tenant):
             return
         self.place(0, node, payload, size)
-        self.slots[0].admit(node.key)
+        self.slots[0].admit(node.key, size)
         src = self.tiers[t]
         if not src.slow:
             src.delete(node.key)
@@ -284,7 +304,7 @@ class Placement:
             elif node.tier == LOST:
                 node.tier = t
             if node.tier == t and not self.slots[t].holds(key):
-                self.slots[t].admit(key)
+                self.slots[t].admit(key, block.nbytes)
                 self.tiers[t].adopt(key, block.nbytes)
             self.index.pin([node])
             self.c.discovered += 1

@@ -5,7 +5,12 @@ The tier stores and measures blocks; the slot decides nothing either, but it is 
 about a tier is recorded: a key becoming resident (``admit``), used (``touch``), leaving
 (``drop``), chosen as a victim (``victim``), bytes reserved by queued writes (``reserve``) and
 released by queued deletes. Placement and the lookup call these; nobody reaches into
-``slot.policy`` or a counter from outside. Per-tier quotas (tenancy) belong here too.
+``slot.policy`` or a counter from outside.
+
+Per-tenant accounting lives here too: every resident key is charged to its owner (the tenant
+tag of its index node; ``ORPHAN`` for blocks an earlier run left) with its bytes, when it is
+admitted, and uncharged when it is dropped or evicted, so ``by_tenant`` is the bytes each tenant
+holds in this tier, and ``quotas`` the per-tenant limits tenancy set on it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Any
 from ..codec import Codec
 from ..policies import Policy
 from ..tiers import Tier
+
+ORPHAN = ""  # the owner of blocks whose tenant is unknown (left by an earlier run)
 
 
 @dataclass(slots=True)
@@ -42,6 +49,10 @@ class Counters:
     write_errors: int = 0
     collisions: int = 0
     rejected: int = 0
+    throttled_waits: int = 0  # loads that waited for their tenant's bucket (lookup)
+    throttled_recomputes: int = 0  # loads given up for recompute when the bucket was empty (lookup)
+    expired: int = 0  # blocks reclaimed by the TTL sweeper (erasure)
+    erased: int = 0  # blocks removed by tenant erasure or flush (erasure)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -52,7 +63,7 @@ class Slot:
 
     __slots__ = (
         "pos", "tier", "policy", "name", "capacity", "high", "low", "slow", "persistent", "kind",
-        "hits", "evictions", "inflow", "outflow",
+        "hits", "evictions", "inflow", "outflow", "owners", "by_tenant", "quotas", "owner_of",
     )  # fmt: skip
 
     def __init__(self, pos: int, tier: Tier, policy: Policy) -> None:
@@ -66,6 +77,10 @@ class Slot:
         self.evictions = 0
         self.inflow = 0  # bytes of writes queued into this tier
         self.outflow = 0  # bytes of blocks queued to leave it
+        self.owners: dict[Hashable, tuple[str, int]] = {}  # resident key -> (tenant, bytes charged)
+        self.by_tenant: dict[str, int] = {}  # tenant -> bytes it holds here
+        self.quotas: dict[str, int] = {}  # tenant -> byte limit here (tenancy sets it; absent: none)
+        self.owner_of: Callable[[Hashable], str] = lambda key: ORPHAN  # the engine sets it
 
     @property
     def codec(self) -> Codec | None:
@@ -90,12 +105,50 @@ class Slot:
         self.outflow += outflow
 
     # --- the policy's view of residency ----------------------------------------------------------
-    def admit(self, key: Hashable) -> None:
+    def admit(self, key: Hashable, size: int | None = None, tenant: str | None = None) -> None:
+        """``key`` is resident: tell the policy, charge its owner (``size`` None: what the tier
+        holds for it; a key still charged, re-admitted after a refused eviction, keeps its charge)."""
         self.policy.on_insert(key)
+        if key not in self.owners:
+            self.charge(key, self.owner_of(key) if tenant is None else tenant, size)
 
-    def admit_chain(self, keys: Iterable[Hashable]) -> None:
-        for key in keys:
-            self.policy.on_insert(key)
+    def admit_chain(
+        self, keys: Iterable[Hashable], sizes: Iterable[int] | None = None, tenant: str | None = None
+    ) -> None:
+        if sizes is None:
+            for key in keys:
+                self.admit(key)
+        else:
+            for key, size in zip(keys, sizes):
+                self.admit(key, size, tenant)
+
+    def charge(self, key: Hashable, tenant: str, size: int | None) -> None:
+        """Charge ``key``'s bytes to ``tenant`` before the policy learns of it (a store places a
+        chain first and admits it deepest first after; the quota must see every block at once)."""
+        if key in self.owners:
+            return
+        n = self.tier.nbytes(key) if size is None else size
+        self.owners[key] = (tenant, n)
+        self.by_tenant[tenant] = self.by_tenant.get(tenant, 0) + n
+
+    def _uncharge(self, key: Hashable) -> None:
+        got = self.owners.pop(key, None)
+        if got is not None:
+            left = self.by_tenant.get(got[0], 0) - got[1]
+            if left > 0:
+                self.by_tenant[got[0]] = left
+            else:
+                self.by_tenant.pop(got[0], None)
+
+    def owner(self, key: Hashable) -> str | None:
+        got = self.owners.get(key)
+        return None if got is None else got[0]
+
+    def tenant_used(self, tenant: str) -> int:
+        return self.by_tenant.get(tenant, 0)
+
+    def tenant_blocks(self, tenant: str) -> list[Hashable]:
+        return [k for k, (t, _) in self.owners.items() if t == tenant]
 
     def touch(self, keys: list[Hashable]) -> None:
         """Hits, deepest first (callers pass them so): ancestors end up more recently used."""
@@ -104,6 +157,7 @@ class Slot:
 
     def drop(self, key: Hashable) -> None:
         self.policy.on_remove(key)
+        self._uncharge(key)
 
     def holds(self, key: Hashable) -> bool:
         return key in self.policy
@@ -111,10 +165,13 @@ class Slot:
     def victim(self, can_evict: Callable[[Any], bool]) -> Hashable | None:
         return self.policy.evict(can_evict)
 
-    def evicted(self) -> None:
+    def evicted(self, key: Hashable) -> None:
+        """A victim left the tier (demoted or evicted): its owner is no longer charged."""
         self.evictions += 1
+        self._uncharge(key)
 
     def stats(self) -> dict[str, Any]:
         out = self.tier.stats()
         out.update(policy=self.policy.name, capacity=self.capacity, hits=self.hits, evictions=self.evictions)
+        out["tenants"] = dict(self.by_tenant)
         return out

@@ -19,6 +19,7 @@ from ..index import Node
 from ..keys import Prompt
 from ..usage import Usage
 from .placement import LOST
+from .tenancy import PinnedQuotaError
 
 if TYPE_CHECKING:
     from .core import Engine
@@ -29,12 +30,16 @@ def store(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int =
     keys = prompt.keys()
     blobs = _encode(e, prompt, payloads, first_block)
     sizes = _measure(e, payloads, blobs, first_block)
-    top, pl = e.slots[0], e.placement
+    top, pl, tenant = e.slots[0], e.placement, prompt.namespace.tenant
     with e.lock:
-        placed = _place(e, prompt, keys, payloads, blobs, sizes, first_block)
-        if placed is None:
+        _check_pinned(e, tenant, sizes)
+        got = _place(e, prompt, keys, payloads, blobs, sizes, first_block)
+        if got is None:
             return Usage()
-        top.admit_chain(node.key for node in reversed(placed))
+        placed, walked = got
+        size_of: dict[Hashable, int] = dict(zip(keys[first_block:], sizes))
+        top.admit_chain([n.key for n in reversed(placed)], [size_of[n.key] for n in reversed(placed)], tenant)
+        _refresh(e, keys[:walked], tenant)
         e.counters.stores += 1
         e.counters.stored_blocks += len(placed)
         pl.drain()
@@ -43,6 +48,28 @@ def store(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int =
         pl.mover.wait_buffer(pl.write_buffer)
     created = len(placed) * e.block_size
     return Usage(cache_creation_tokens=created, by_tier={top.name: created} if created else {})
+
+
+def _check_pinned(e: Engine, tenant: str, sizes: list[int]) -> None:
+    """Class-0 (pinned) blocks may hold at most ``max_pinned`` bytes of the top tier."""
+    ty = e.tenancy
+    if ty is None or ty.max_pinned is None or ty.priority(tenant) != 0:
+        return
+    top = e.slots[0]
+    pinned = sum(n for tn, n in top.by_tenant.items() if ty.priority(tn) == 0)
+    if pinned + sum(sizes) > ty.max_pinned:
+        raise PinnedQuotaError(
+            f"tenant {tenant!r} is class 0 (pinned): {pinned} + {sum(sizes)} B would exceed the "
+            f"{ty.max_pinned} B cap on pinned bytes in tier {top.name!r}"
+        )
+
+
+def _refresh(e: Engine, keys: list[bytes], tenant: str) -> None:
+    """A stored chain's blocks (new and already cached) live for the tenant's TTL from now."""
+    ttl = e.tenancy.ttl(tenant) if e.tenancy is not None else None
+    if ttl is not None:
+        get = e.index.get
+        e.expiry.refresh([n for n in map(get, keys) if n is not None], e.clock() + ttl)
 
 
 def _check(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int) -> None:
@@ -63,10 +90,12 @@ def _encode(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int
     codec = e.slots[0].codec
     blobs: list[bytes | None] = [None] * len(payloads)
     if codec is not None:
-        keys, root = prompt.keys(), prompt.namespace.root
+        keys, root, tenant = prompt.keys(), prompt.namespace.root, prompt.namespace.tenant.encode()
         for i in range(first_block, prompt.n_blocks):
             parent_key = keys[i - 1] if i else root
-            blobs[i - first_block] = codec.encode(payloads[i - first_block], keys[i], prompt.block(i), parent_key, i)
+            blobs[i - first_block] = codec.encode(
+                payloads[i - first_block], keys[i], prompt.block(i), parent_key, i, tenant
+            )
     return blobs
 
 
@@ -86,8 +115,9 @@ def _measure(e: Engine, payloads: Sequence[Any], blobs: list[bytes | None], firs
 def _place(
     e: Engine, prompt: Prompt, keys: list[bytes], payloads: Sequence[Any], blobs: list[bytes | None],
     sizes: list[int], first_block: int,
-) -> list[Node] | None:  # fmt: skip
-    """Under the lock: insert and place each block, making room as it goes. None: the parent
+) -> tuple[list[Node], int] | None:  # fmt: skip
+    """Under the lock: insert and place each block, making room as it goes (within the tenant's
+    quota of the top tier). Returns (placed, blocks of the chain now cached), or None: the parent
     block is not cached (nothing stored, the blocks counted as rejected)."""
     n, c, index, ns = prompt.n_blocks, e.counters, e.index, prompt.namespace
     parent: Hashable = ns.root
@@ -98,6 +128,7 @@ def _place(
             return None
         parent = pnode.key
     placed: list[Node] = []
+    walked = first_block
     tail: Node | None = None  # pinned while its child is placed, so room-making can't evict it
     try:
         for i in range(first_block, n):
@@ -108,7 +139,7 @@ def _place(
                 break
             if node is None or node.tier == LOST:
                 size = sizes[i - first_block]
-                if not e.placement.room(0, size):
+                if not e.placement.room(0, size, ns.tenant):
                     c.rejected += n - i
                     break
                 if node is None:
@@ -116,13 +147,15 @@ def _place(
                 else:
                     c.repaired += 1
                 e.placement.place(0, node, payloads[i - first_block], size, blobs[i - first_block])
+                e.slots[0].charge(node.key, ns.tenant, size)
                 placed.append(node)
             if tail is not None:
                 index.unpin([tail])
             index.pin([node])
             tail = node
             parent = node.key
+            walked = i + 1
     finally:
         if tail is not None:
             index.unpin([tail])
-    return placed
+    return placed, walked

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..cache import ContextCache, Match, Prompt
+from ..keys import Namespace
 from ..usage import Usage
 from . import Detokenizer, Generation, SamplingParams, Timings
 from .model_store import GEMMA_CHAT_TEMPLATE, INSTALL_HINT, ModelError
@@ -284,7 +285,7 @@ class CachedLM:
         self,
         tokens: Sequence[int],
         *,
-        namespace: str = "default",
+        namespace: str | Namespace = "default",
         store_upto: int | None = None,
         use_cache: bool = True,
         keep_logits: int = 1,
@@ -340,18 +341,15 @@ class CachedLM:
         prompt: Sequence[int],
         params: SamplingParams | None = None,
         *,
-        namespace: str = "default",
+        namespace: str | Namespace = "default",
         store_upto: int | None = None,
         store_generated: bool = False,
         use_cache: bool = True,
         should_stop: Callable[[], bool] | None = None,
         on_prefill: Callable[[Usage], None] | None = None,
     ) -> GenerationStream:
-        """Stream the completion of a tokenized prompt.
-
-        ``should_stop`` is polled between tokens; ``on_prefill`` gets the prompt's Usage as soon as
-        the first token is sampled (before any text is yielded).
-        """
+        """Stream the completion of a tokenized prompt. ``should_stop`` is polled between tokens;
+        ``on_prefill`` gets the prompt's Usage as soon as the first token is sampled (before any text)."""
         ids = self._check_tokens(prompt)
         return GenerationStream(
             self, ids, params or SamplingParams(), namespace=namespace, store_upto=store_upto,
@@ -368,7 +366,7 @@ class CachedLM:
         stop: str | Sequence[str] | None = None,
         seed: int | None = None,
         *,
-        namespace: str = "default",
+        namespace: str | Namespace = "default",
     ) -> GenerationStream:
         """Stream a chat reply: ``for delta in lm.stream(msgs): ...``, then ``stream.result``."""
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
@@ -384,7 +382,7 @@ class CachedLM:
         stop: str | Sequence[str] | None = None,
         seed: int | None = None,
         *,
-        namespace: str = "default",
+        namespace: str | Namespace = "default",
     ) -> Generation:
         """A chat reply, with usage (cached / created / uncached tokens, by tier) and timings."""
         s = self.stream(messages, max_new_tokens, temperature, top_p, stop, seed, namespace=namespace)

@@ -17,13 +17,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
+from ..observability.service import ObsConfig, Observability
 from .config import ServerConfig
-from .deps import APIError, describe_validation, error_response, tenant_for, unsupported_field
+from .deps import APIError, describe_validation, error_response, invalid_field, tenant_for, unsupported_field
 from .guards import RequestGuard
 from .jobs import ServerState
 from .metrics import CONTENT_TYPE, Metrics
 from .openapi import publish_limits
+from .routes_admin import router as admin_router
 from .routes_anthropic import router as anthropic_router
+from .routes_obs import router as obs_router
 from .routes_openai import router as openai_router
 from .routes_text import router as text_router
 from .routes_text import tools as token_router
@@ -66,23 +69,33 @@ class _Stamp:
                 self.metrics.requests.labels(api, str(status)).inc()
 
 
+async def _tick(obs: Observability) -> None:
+    while True:
+        await asyncio.sleep(obs.cfg.log_every_s)
+        obs.tick()
+
+
 async def _sweep(state: ServerState) -> None:
     while True:
         await asyncio.sleep(SWEEP_EVERY_S)
         state.pins.sweep()
 
 
-def _lifespan(state: ServerState) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+def _lifespan(
+    state: ServerState, observability: Observability
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await state.worker.start()
-        sweeper = asyncio.create_task(_sweep(state))
+        background = [asyncio.create_task(_sweep(state)), asyncio.create_task(_tick(observability))]
         try:
             yield
         finally:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in background:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            observability.close()
             await state.worker.stop()
             for lane in (state.tokenizer, state.tokenizer_large):
                 lane.shutdown(wait=False, cancel_futures=True)
@@ -100,7 +113,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         field = unsupported_field(exc)
         code = "unsupported_parameter" if field else None
-        return error_response(request, 400, describe_validation(exc), param=field, code=code)
+        return error_response(request, 400, describe_validation(exc), param=field or invalid_field(exc), code=code)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -111,19 +124,23 @@ def _add_error_handlers(app: FastAPI) -> None:
         return error_response(request, exc.status_code, msg, code=code, headers=getattr(exc, "headers", None))
 
 
-def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str | None = None) -> FastAPI:
+def create_app(
+    lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str | None = None, obs: ObsConfig | None = None
+) -> FastAPI:
     """Build the app around a loaded CachedLM. Run it with uvicorn (the lifespan starts the worker)."""
     cfg = cfg or ServerConfig()
     state = ServerState(lm, cfg, model_id or cfg.model_id or "model")
+    state.obs = observability = Observability(lm.cache, state.metrics.registry, obs or cfg.observability)
     # No slash redirects: RequestGuard serves "/v1/x/" as "/v1/x" (a 307 to a POST is an empty reply).
     app = FastAPI(
         title="ctxcache",
         version=__version__,
         description=_DESCRIPTION,
-        lifespan=_lifespan(state),
+        lifespan=_lifespan(state, observability),
         redirect_slashes=False,
     )
     app.state.ctx = state
+    app.state.obs = observability
     app.add_middleware(_Stamp, metrics=state.metrics)
     app.add_middleware(RequestGuard, max_body_bytes=int(cfg.max_body_bytes))  # outermost
 
@@ -132,6 +149,8 @@ def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str |
     app.include_router(anthropic_router)
     app.include_router(text_router)
     app.include_router(token_router)
+    app.include_router(admin_router)
+    app.include_router(obs_router)
     publish_limits(app, state.max_tokens_limit, state.model_names, getattr(lm, "vocab_size", None))
 
     @app.get("/v1/models", response_model=ModelList, tags=["models"])
@@ -146,7 +165,7 @@ def create_app(lm: CachedLM, cfg: ServerConfig | None = None, *, model_id: str |
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, Any]:
-        """Liveness and a summary: model, queue, cache and pins."""
+        """Liveness (the process answers) and a summary: model, queue, cache and pins. See /readyz."""
         s = lm.cache.stats()
         return {
             "status": "ok",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
-import logging
+import os
 import signal
 import socket
 from dataclasses import dataclass, field
@@ -67,7 +67,8 @@ class Overrides:
     names: list[str] = field(default_factory=list)
     max_context: int | None = None
     block_size: int | None = None
-    log_level: str = "info"
+    log_level: str | None = None  # None: $CTXCACHE_LOG_LEVEL or INFO (observability.logging)
+    log_json: bool | None = None  # None: $CTXCACHE_LOG_JSON
     uvicorn_log_level: str = "info"
     sources: dict[str, str] = field(default_factory=dict)
 
@@ -101,7 +102,11 @@ def _print_config(cfg: ServerConfig, cache_cfg: dict[str, Any], src: dict[str, s
     out = {
         "server": shown,
         "cache": cache_cfg,
-        "logging": {"log_level": over.log_level, "uvicorn_log_level": over.uvicorn_log_level},
+        "logging": {
+            "log_level": over.log_level or os.environ.get("CTXCACHE_LOG_LEVEL", "INFO"),
+            "log_json": over.log_json,
+            "uvicorn_log_level": over.uvicorn_log_level,
+        },
         "sources": {**src, **{f"flag.{k}": v for k, v in over.sources.items()}},
     }
     print(json.dumps(out, indent=1, default=str))
@@ -117,10 +122,12 @@ def serve(
     print_config: bool = False,
 ) -> None:
     """Serve ``model`` (default: Gemma 3 270M, prepared once) with the context cache."""
+    from ..observability.logging import configure
+
     over = over or Overrides()
     try:
+        configure(over.log_level, over.log_json)  # before the config: a bad level or table fails fast
         cfg, src = _configure(config, over)
-        logging.basicConfig(level=over.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     except (CtxCacheError, ValueError) as exc:
         raise _fail(str(exc)) from None
     if not print_config:

@@ -22,6 +22,15 @@ capacity = "2GiB"
 
 [api_keys]                # key = tenant id (the cache namespace); none: one "default" tenant
 "sk-team-a-secret" = "team-a"
+
+[observability]           # see docs/metrics.md
+window_s = 600            # the indicators' sliding window
+log_every_s = 10          # the periodic stats log line and dashboard point
+trace_exporter = "none"   # none | console | memory | otlp (env CTXCACHE_TRACE_EXPORTER)
+worker_stall_s = 120      # /readyz fails when one job runs longer
+[observability.ab]        # A/B groups: a sticky share of tenants served by another cache
+fraction = 0.1
+cache = { block_size = 32, tiers = [{ kind = "memory", capacity = "2GiB", policy = "s3fifo" }] }
 ```
 """
 
@@ -36,6 +45,7 @@ from typing import Any
 
 from ..config import load_config, parse_size
 from ..errors import ConfigError
+from ..observability.service import ObsConfig, obs_config_from
 
 # Measured with benchmarks/bench_ttft.py (multi-turn chat, 1-3k token histories): see docs/serving.md.
 DEFAULT_BLOCK_SIZE = 32
@@ -59,6 +69,7 @@ class ServerConfig:
     model_aliases: list[str] = field(default_factory=list)  # more names /v1/models lists and requests may use
     api_keys: dict[str, str] = field(default_factory=dict)
     cache_config: dict[str, Any] = field(default_factory=dict)
+    observability: ObsConfig = field(default_factory=ObsConfig)
     file_cache_keys: frozenset[str] = field(default=frozenset(), init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -113,7 +124,8 @@ class ServerConfig:
         return cc
 
 
-_SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {"api_keys", "cache_config", "file_cache_keys"}
+_SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {"api_keys", "cache_config", "observability", "file_cache_keys"}
+_TABLES = ["api_keys", "cache", "observability", "server"]
 
 
 def load_server_config(source: str | os.PathLike[str] | Mapping[str, Any] | None = None) -> ServerConfig:
@@ -130,9 +142,9 @@ def load_server_config(source: str | os.PathLike[str] | Mapping[str, Any] | None
             raise ConfigError(f"config file not found: {path}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    unknown = set(data) - {"server", "cache", "api_keys"}
+    unknown = set(data) - set(_TABLES)
     if unknown:
-        raise ConfigError(f"unknown config tables {sorted(unknown)}; known: ['api_keys', 'cache', 'server']")
+        raise ConfigError(f"unknown config tables {sorted(unknown)}; known: {_TABLES}")
     server = data.get("server", {})
     if not isinstance(server, Mapping):
         raise ConfigError("[server] must be a table")
@@ -143,7 +155,8 @@ def load_server_config(source: str | os.PathLike[str] | Mapping[str, Any] | None
     cache = data.get("cache", {})
     if not isinstance(keys, Mapping) or not isinstance(cache, Mapping):
         raise ConfigError("[api_keys] and [cache] must be tables")
+    obs = obs_config_from(data.get("observability", {}))
     try:
-        return ServerConfig(**server, api_keys=dict(keys), cache_config=dict(cache))
+        return ServerConfig(**server, api_keys=dict(keys), cache_config=dict(cache), observability=obs)
     except TypeError as exc:
         raise ConfigError(f"[server]: {exc}") from None

@@ -9,6 +9,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from ..engine.tenancy import InvalidSaltError
 from .config import DEFAULT_TENANT
 
 # status -> (OpenAI type, OpenAI code, Anthropic type): one table for both APIs' vocabularies.
@@ -98,19 +99,50 @@ def unsupported_field(exc: RequestValidationError) -> str | None:
     return None
 
 
-def tenant_for(request: Request) -> str:
-    """The tenant of a request's API key (``Authorization: Bearer`` or ``x-api-key``)."""
-    keys: dict[str, str] = request.app.state.ctx.cfg.api_keys
-    if not keys:
-        return DEFAULT_TENANT
+def invalid_field(exc: RequestValidationError) -> str | None:
+    """The top-level request field of the first problem (OpenAI's ``param``), if one is named."""
+    for e in exc.errors():
+        loc = [x for x in e.get("loc", ()) if x != "body"]
+        if loc and e.get("type") != "json_invalid":
+            return str(loc[0])
+    return None
+
+
+def given_key(request: Request) -> str:
     auth = request.headers.get("authorization", "")
-    given = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+    return auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+
+
+def check_cache_salt(state: Any, tenant: str, salt: str | None) -> str | None:
+    """A request's ``cache_salt``, validated (400 naming the field), or None."""
+    if salt is None:
+        return None
+    try:
+        state.lm.cache.namespace(tenant, salt)
+    except InvalidSaltError as exc:
+        raise APIError(400, str(exc), param="cache_salt") from None
+    return salt
+
+
+def tenant_for(request: Request) -> str:
+    """The tenant of a request's API key (``Authorization: Bearer`` or ``x-api-key``): configured
+    tenants' keys (compared as SHA-256 digests) first, then the ``[api_keys]`` table."""
+    keys: dict[str, str] = request.app.state.ctx.cfg.api_keys
+    tenancy = request.app.state.ctx.lm.cache.tenancy
+    if not keys and tenancy is None:
+        return DEFAULT_TENANT
+    given = given_key(request)
     if not given:
         raise APIError(401, "missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'")
+    found: str | None = tenancy.authenticate(given) if tenancy is not None else None
+    if found is not None:
+        return found
     tenant = None
     for key, t in keys.items():  # compare with every key, in constant time per key
         if hmac.compare_digest(key.encode(), given.encode()):
             tenant = t
     if tenant is None:
         raise APIError(401, "invalid API key")
+    if tenancy is not None and tenant not in tenancy.tenants:
+        raise APIError(403, f"the API key's tenant {tenant!r} is not configured in [cache.tenants]")
     return tenant

@@ -9,6 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ..engine.tenancy import PinnedQuotaError
+from ..observability.service import Observability
 from ..usage import Usage
 from .config import ServerConfig
 from .memory import trimmer
@@ -41,6 +43,7 @@ class ChatJob:
     arrived: float  # time.perf_counter() when the HTTP request came in
     breakpoints: list[Breakpoint] = field(default_factory=list)
     clamp_max_tokens: bool = False  # max_tokens was not given: fit the default into the context
+    cache_salt: str | None = None  # OpenAI-compatible per-request salt (validated by the route)
     request_id: str | None = None
     # Set by tokenize(), on the tokenizer thread: the prompt's ids and its breakpoints' positions.
     ids: list[int] = field(default_factory=list)
@@ -92,6 +95,7 @@ class ServerState:
         cache = lm.cache
         self.pins = PinManager(cache, int(cfg.max_pinned_fraction * cache.tiers[0].capacity))
         self.metrics = Metrics(cache.stats, lambda: self.worker.depth)
+        self.obs: Observability  # set by create_app
 
     @property
     def max_tokens_limit(self) -> int:
@@ -170,6 +174,11 @@ def chat_job(state: ServerState, job: ChatJob) -> Callable[[JobContext], None]:
     """The work of one chat request, run on the model thread; results come back as events."""
 
     def run(ctx: JobContext) -> None:
+        group = state.obs.group_for(job.tenant)
+        with state.obs.cache_for(state.lm, group):
+            _run(ctx, group)
+
+    def _run(ctx: JobContext, group: str) -> None:
         lm, cfg = state.lm, state.cfg
         state.pins.sweep()
         ids, params, marks = job.ids, job.params, job.marks
@@ -181,25 +190,31 @@ def chat_job(state: ServerState, job: ChatJob) -> Callable[[JobContext], None]:
         stream = lm.stream_tokens(
             ids,
             params,
-            namespace=job.tenant,
+            namespace=lm.cache.namespace(job.tenant, job.cache_salt) if job.cache_salt else job.tenant,
             store_upto=store_upto,
             store_generated=cfg.cache_generated and not marks,
             use_cache=cfg.cache,
             should_stop=ctx.cancelled,
             on_prefill=lambda usage: ctx.emit("usage", usage),
         )
-        for delta in stream:
-            ctx.emit("delta", delta)
+        try:
+            for delta in stream:
+                ctx.emit("delta", delta)
+        except PinnedQuotaError as exc:  # a class-0 tenant over the cap on pinned bytes
+            ctx.emit("error", (429, str(exc)))
+            return
         gen = stream.result
         assert gen is not None
         pinned = 0
-        if cfg.cache and stream.request is not None:
+        if cfg.cache and group == "a" and stream.request is not None:  # pins live in the main cache; group b's has none
             ttl_s = {bp.ttl: bp.ttl_s for bp in job.breakpoints}
             for pos, ttl in marks:  # the prefill's Prompt: its keys are reused, not recomputed
                 pinned = max(pinned, state.pins.keep(stream.request.prefix(pos), job.tenant, ttl_s[ttl]))
         ttft = stream.first_token_at - job.arrived if stream.first_token_at is not None else None
         created = _created_by_ttl(gen.usage, marks) if cfg.cache else {"5m": 0, "1h": 0}
-        ctx.emit("done", Outcome(gen, ttft, ctx.queued_s, job.tokenize_s, created, pinned))
+        outcome = Outcome(gen, ttft, ctx.queued_s, job.tokenize_s, created, pinned)
+        state.obs.request_done(job.tenant, group, outcome, job.arrived)
+        ctx.emit("done", outcome)
 
     return run
 
@@ -213,7 +228,9 @@ async def start(state: ServerState, job: ChatJob) -> Job:
     lane = state.tokenizer_large if size > LARGE_PROMPT_CHARS else state.tokenizer
     await asyncio.get_running_loop().run_in_executor(lane, tokenize, state, job)
     try:
-        handle = state.worker.submit(chat_job(state, job), job.request_id)
+        tenancy = state.lm.cache.tenancy
+        priority = tenancy.priority(job.tenant) if tenancy else 2
+        handle = state.worker.submit(chat_job(state, job), job.request_id, priority=priority)
     except QueueFullError as exc:
         raise APIError(429, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
     first = await handle.next()

@@ -92,6 +92,14 @@ class PinManager:
                 self._drop(self._pins.pop(k))
         return len(gone)
 
+    def clear_tenant(self, tenant: str) -> int:
+        """Release every pin of one tenant (before its cache is erased); returns how many."""
+        with self._lock:
+            gone = [k for k in self._pins if k[0] == tenant]
+            for k in gone:
+                self._drop(self._pins.pop(k))
+        return len(gone)
+
     def clear(self) -> None:
         with self._lock:
             for pin in self._pins.values():

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
 from ..integrations import SamplingParams
-from .deps import APIError, error_body, tenant_for
+from .deps import APIError, check_cache_salt, error_body, tenant_for
 from .jobs import ChatJob, Messages, Outcome, ServerState, collect, events, record, start
 from .schemas import ChatCompletion, ChatCompletionRequest
 from .sse import data_line, with_keepalive
@@ -84,7 +84,8 @@ async def chat_completions(
     rid = getattr(request.state, "request_id", None)
     state.check_model(body.model)
     params, clamp = _params(state, body)
-    job = ChatJob(to_messages(body), params, tenant, arrived, clamp_max_tokens=clamp, request_id=rid)
+    salt = check_cache_salt(state, tenant, body.cache_salt)
+    job = ChatJob(to_messages(body), params, tenant, arrived, clamp_max_tokens=clamp, cache_salt=salt, request_id=rid)
     handle = await start(state, job)
     rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if body.stream:

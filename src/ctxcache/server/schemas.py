@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from ..engine.tenancy import SALT_PATTERN
+
 StopText = Annotated[str, Field(min_length=1)]
 
 
@@ -147,6 +149,11 @@ class ChatCompletionRequest(_TopReq, _Unsupported):
     functions: NotSupported = None
     function_call: NotSupported = None
     logprobs: OnlyFalse | None = None
+    cache_salt: str | None = Field(
+        None,
+        pattern=SALT_PATTERN,
+        description="vLLM-style per-request salt: only requests with the same salt (and tenant) share cache",
+    )
 
 
 class PromptTokensDetails(BaseModel):

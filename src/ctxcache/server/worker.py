@@ -1,7 +1,9 @@
 """One model worker fed by an asyncio queue.
 
 The model is not thread-safe, so every job (tokenize, cached prefill, decode, store) runs on a
-single dedicated thread, in arrival order. The event loop only moves jobs into that thread and
+single dedicated thread, in priority order (a tenant's class: 0 system, 1 SLO, 2 best effort),
+then arrival order: a class-1 request waiting behind class-2 work goes first, between jobs,
+never preempting one mid-forward. The event loop only moves jobs into that thread and
 events out of it (``call_soon_threadsafe``), so it never blocks on the model. A bounded queue turns
 overload into an immediate 429 instead of unbounded latency.
 """
@@ -76,11 +78,12 @@ class ModelWorker:
     def __init__(self, max_queue: int, after_job: Callable[[], None] | None = None) -> None:
         self.max_queue = max_queue
         self._after_job = after_job  # runs on the model thread after every job (memory.trimmer)
-        self._queue: asyncio.Queue[Job] | None = None
+        self._queue: asyncio.PriorityQueue[tuple[int, int, Job]] | None = None
         self._task: asyncio.Task[None] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxcache-model")
         self._ids = itertools.count(1)
         self.busy = False
+        self.busy_since: float | None = None  # monotonic start of the running job (readiness)
         self.jobs_done = 0
         self._avg_job_s = 2.0  # a prior for Retry-After until jobs have been timed
 
@@ -90,7 +93,7 @@ class ModelWorker:
         return self._queue.qsize() if self._queue is not None else 0
 
     async def start(self) -> None:
-        self._queue = asyncio.Queue(maxsize=self.max_queue)
+        self._queue = asyncio.PriorityQueue(maxsize=self.max_queue)
         self._task = asyncio.create_task(self._loop(), name="ctxcache-model-worker")
 
     async def stop(self) -> None:
@@ -100,13 +103,14 @@ class ModelWorker:
                 await self._task
         self._executor.shutdown(wait=True, cancel_futures=True)
 
-    def submit(self, fn: Callable[[JobContext], None], request_id: str | None = None) -> Job:
-        """Queue a job; raises QueueFullError (with a Retry-After estimate) when the queue is full."""
+    def submit(self, fn: Callable[[JobContext], None], request_id: str | None = None, *, priority: int = 2) -> Job:
+        """Queue a job (lower ``priority`` runs first); raises QueueFullError (with a Retry-After
+        estimate) when the queue is full."""
         if self._queue is None:
             raise RuntimeError("the model worker is not running (the app's lifespan has not started)")
         job = Job(fn, asyncio.get_running_loop(), next(self._ids), request_id=request_id)
         try:
-            self._queue.put_nowait(job)
+            self._queue.put_nowait((priority, job.id, job))
         except asyncio.QueueFull:
             wait = (self.depth + 1) * self._avg_job_s
             raise QueueFullError(max(1, round(wait))) from None
@@ -116,15 +120,15 @@ class ModelWorker:
         assert self._queue is not None
         loop = asyncio.get_running_loop()
         while True:
-            job = await self._queue.get()
+            _, _, job = await self._queue.get()
             if job.cancel_flag.is_set():
                 job.events.put_nowait(Event("end"))
                 continue
-            self.busy = True
+            self.busy, self.busy_since = True, time.monotonic()
             try:
                 await loop.run_in_executor(self._executor, self._run, job)
             finally:
-                self.busy = False
+                self.busy, self.busy_since = False, None
 
     def _run(self, job: Job) -> None:
         ctx = JobContext(job)

@@ -41,6 +41,7 @@ class BlockMeta:
     tokens: bytes = b""
     parent: bytes = b""
     depth: int = 0
+    tenant: bytes = b""  # the owning tenant's id, which headers carry (erasure, sealing)
 
 
 NO_META = BlockMeta()
@@ -160,6 +161,11 @@ class Tier(ABC):
     def forget(self, key: Hashable) -> None:
         """Stop charging for ``key`` without touching storage (it was found missing or bad)."""
         self.delete(key)
+
+    def tenant_of(self, key: Hashable) -> bytes:
+        """The owner a held block's header names, where the tier read it without I/O (disk: blocks
+        found at start), else b"" (unknown)."""
+        return b""
 
     def adopt(self, key: Hashable, nbytes: int) -> None:
         """Start charging for a block found in shared storage (``persistent`` tiers only)."""

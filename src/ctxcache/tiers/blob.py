@@ -83,7 +83,7 @@ class BlobTier(Tier):
 
     def put(self, key: Hashable, payload: Any, meta: BlockMeta = NO_META) -> int:
         kb = key_bytes(key)
-        return self.put_blob(kb, self._codec.encode(payload, kb, meta.tokens, meta.parent, meta.depth))
+        return self.put_blob(kb, self._codec.encode(payload, kb, meta.tokens, meta.parent, meta.depth, meta.tenant))
 
     def stats(self) -> dict[str, Any]:
         out = super().stats()

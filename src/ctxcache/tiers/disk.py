@@ -85,13 +85,14 @@ class DiskTier(BlobTier):
             os.close(self._lock_fd)
             raise ConfigError(f"disk tier path {str(self.root)!r} is in use by another process") from None
         self.recovered = 0
+        self._found_tenants: dict[bytes, bytes] = {}  # owners of blocks found at start (headers)
         self._rebuild()
 
     # --- start-up ----------------------------------------------------------------------------------
     def _rebuild(self) -> None:
         for tmp in self._tmp.iterdir():  # left by a writer that died before its rename
             tmp.unlink(missing_ok=True)
-        found: list[tuple[int, bytes, int]] = []
+        found: list[tuple[int, bytes, int, bytes]] = []
         for shard in sorted(self._blocks.iterdir()):
             for f in shard.glob("*.blk"):
                 entry = self._check(f)
@@ -100,12 +101,14 @@ class DiskTier(BlobTier):
                     f.unlink(missing_ok=True)
                 else:
                     found.append(entry)
-        for _, key, size in sorted(found):
+        for _, key, size, tenant in sorted(found):
             self._charge(key, size)
+            if tenant:
+                self._found_tenants[key] = tenant
         self.recovered = len(found)
 
-    def _check(self, f: Path) -> tuple[int, bytes, int] | None:
-        """(mtime, key, size) of a file whose header is intact and whose length matches it."""
+    def _check(self, f: Path) -> tuple[int, bytes, int, bytes] | None:
+        """(mtime, key, size, tenant) of a file whose header is intact and whose length matches it."""
         try:
             with f.open("rb", buffering=0) as fh:
                 st = os.fstat(fh.fileno())
@@ -114,7 +117,7 @@ class DiskTier(BlobTier):
             h = read_header(head)
             if h.total_len != st.st_size or h.key.hex() + ".blk" != f.name:
                 return None
-            return st.st_mtime_ns, h.key, st.st_size
+            return st.st_mtime_ns, h.key, st.st_size, h.tenant
         except (OSError, CorruptBlockError):
             return None
 
@@ -192,6 +195,9 @@ class DiskTier(BlobTier):
 
     def forget(self, key: Hashable) -> None:
         self._drop(key_bytes(key), unlink=False)
+
+    def tenant_of(self, key: Hashable) -> bytes:
+        return self._found_tenants.get(key_bytes(key), b"")
 
     def close(self) -> None:
         if self._lock_fd >= 0:

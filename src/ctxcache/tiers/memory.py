@@ -113,7 +113,7 @@ class MemoryTier(Tier):
         if self.codec is None:
             check_payload(payload)  # what this tier takes, every tier takes (it may be spilled later)
             return self._store(key, payload, payload_nbytes(payload))
-        blob = self.codec.encode(payload, key_bytes(key), meta.tokens, meta.parent, meta.depth)
+        blob = self.codec.encode(payload, key_bytes(key), meta.tokens, meta.parent, meta.depth, meta.tenant)
         return self._store(key, blob, len(blob))
 
     def get_blob(self, key: Hashable) -> bytes | None:

@@ -1,0 +1,133 @@
+"""TTLs refreshed on hit and swept, token buckets on slow-tier loads, verified erasure."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctxcache.engine.expiry import Expiry
+
+from .tenancy_util import BS, ask, cache_with, prompt_of, tier_of
+
+
+def test_ttl_is_refreshed_on_hit_and_expired_is_a_miss(tmp_path, clock):
+    cache = cache_with([tier_of("memory", tmp_path)], {"a": {"ttl": "10s"}, "b": {}}, clock=clock)
+    p, q = prompt_of(1), prompt_of(2)
+    ask(cache, "a", p)
+    ask(cache, "b", q)  # no TTL: never expires
+    clock.advance(8)
+    assert ask(cache, "a", p) == len(p)  # a hit at t=8 refreshes the deadline to t=18
+    clock.advance(9)
+    assert ask(cache, "a", p) == len(p)  # t=17: alive only because of the refresh
+    clock.advance(10.5)
+    assert cache.lookup(cache.prompt(p, "a")).hit_tokens == 0  # t=27.5: expired
+    assert cache.sweep() == 4 and cache.stats()["expired"] == 4
+    assert cache.tenant_usage("a")["blocks"] == 0 and cache.slots[0].tenant_used("a") == 0
+    clock.advance(1000)
+    assert cache.sweep() == 0 and ask(cache, "b", q) == len(q)
+
+
+def test_the_sweeper_pops_only_what_expired():
+    """O(expired log n): due() pops expired entries and stops at the first live one."""
+    e = Expiry()
+    for i in range(1000):
+        e.set(i, float(i))
+    for i in range(0, 1000, 2):
+        e.set(i, 5000.0)  # refreshed: its old entry is stale and skipped
+    assert e.due(9.5) == [1, 3, 5, 7, 9]
+    assert len(e._heap) <= 2 * len(e) + 64  # stale entries are compacted away
+
+
+def _on_disk(tmp_path, opts, clock, sleep=None):
+    ram = tier_of("memory", tmp_path, capacity=1 << 20)
+    disk = tier_of("disk", tmp_path)
+    cache = cache_with([ram, disk], {"a": {"rate": 1000, "burst": 1000}}, clock=clock, sleep=sleep, **opts)
+    p = prompt_of(1, n_blocks=8)
+    ask(cache, "a", p)
+    return cache, p
+
+
+def _demote(cache):
+    with cache._engine.lock:
+        cache._engine.placement.make_room(0, cache.slots[0].used())
+    cache.flush()
+
+
+def test_an_empty_bucket_falls_back_to_recompute_and_counts_it(tmp_path, clock):
+    cache, p = _on_disk(tmp_path, {"on_throttle": "recompute"}, clock)
+    _demote(cache)
+    assert ask(cache, "a", p) == len(p)  # a full bucket lets one large load through, then is empty
+    _demote(cache)
+    assert ask(cache, "a", p) == 0  # empty: recompute instead of loading
+    assert cache.stats()["throttled_recomputes"] == 1 and cache.stats()["lost"] == 0
+    clock.advance(60)  # refilled: the blocks were never lost
+    assert ask(cache, "a", p) == len(p)
+    cache.close()
+
+
+def test_an_empty_bucket_waits_when_configured(tmp_path, clock):
+    waits = []
+
+    def sleep(s):
+        waits.append(s)
+        clock.advance(s)
+
+    cache, p = _on_disk(tmp_path, {"on_throttle": "wait", "max_wait": 10}, clock, sleep)
+    _demote(cache)
+    ask(cache, "a", p)
+    _demote(cache)
+    assert ask(cache, "a", p) == len(p)  # waited for the bucket, then loaded
+    assert cache.stats()["throttled_waits"] == 1 and waits and 0 < waits[0] <= 10
+    cache.close()
+
+
+def _files(disk):
+    return sorted((disk.root / "blocks").rglob("*.blk"))
+
+
+def test_erasure_leaves_no_file_and_no_redis_key_of_the_tenant(tmp_path, redis_server):
+    ram = tier_of("memory", tmp_path, capacity=1 << 20)
+    disk = tier_of("disk", tmp_path)
+    red = tier_of("redis", tmp_path, redis_server.url)
+    cache = cache_with([ram, disk, red], {"a": {}, "b": {}})
+    pa, pb = [prompt_of(i) for i in range(3)], [prompt_of(i) for i in range(3)]  # same tokens
+    for p in pa:
+        ask(cache, "a", p)
+    for p in pb:
+        ask(cache, "b", p)
+    with cache._engine.lock:  # one copy in each tier: RAM -> disk -> Redis, then new RAM copies
+        cache._engine.placement.make_room(0, cache.slots[0].used())
+    cache.flush()
+    with cache._engine.lock:
+        cache._engine.placement.make_room(1, cache.slots[1].used() // 4)
+    cache.flush()
+    for p in pa[:1]:
+        ask(cache, "a", p)  # promoted back into RAM, keeping slow copies
+    a_keys = {k for p in pa for k in cache.prompt(p, "a").keys()}  # noqa: SIM118 (a Prompt method)
+    client = redis_server.client()
+    assert any(k[len(red.prefix) :] in a_keys for k in client.keys(red.prefix + b"*"))
+    a_names = {k.hex() + ".blk" for k in a_keys}
+    assert any(f.name in a_names for f in _files(disk))
+
+    out = cache.erase_tenant("a")
+    assert out["verified"] and out["in_use"] == 0 and out["erased_blocks"] >= 12
+    assert not any(k[len(red.prefix) :] in a_keys for k in client.keys(red.prefix + b"*"))
+    assert all(f.name not in a_names for f in _files(disk)) and _files(disk)  # b's files remain
+    assert cache.slots[0].tenant_used("a") == 0 and cache.tenant_usage("a")["blocks"] == 0
+    assert all(ask(cache, "a", p) == 0 for p in pa)  # a later identical prompt misses
+    assert sum(ask(cache, "b", p) for p in pb) == 3 * 4 * BS  # b untouched
+    cache.close()
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_clear_flushes_every_tier(tmp_path, pinned):
+    cache = cache_with([tier_of("memory", tmp_path), tier_of("disk", tmp_path)], {"a": {}})
+    ask(cache, "a", prompt_of(1))
+    m = cache.lookup(cache.prompt(prompt_of(1), "a")) if pinned else None
+    out = cache.clear()
+    assert out["in_use"] == (4 if pinned else 0) and out["verified"] == (not pinned)
+    if m is not None:
+        assert cache.lookup(cache.prompt(prompt_of(1), "a")).hit_tokens == 0  # in use: a miss already
+        cache.release(m)
+        assert cache.sweep() == 4
+    assert len(cache.index) == 0
+    cache.close()
