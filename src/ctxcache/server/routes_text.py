@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
 from ..integrations import SamplingParams
-from .deps import APIError, tenant_for
+from .deps import APIError, check_cache_salt, tenant_for
 from .jobs import ChatJob, Outcome, ServerState, collect, events, record, start
 from .routes_anthropic import to_messages as anthropic_messages
 from .routes_openai import _usage, check_stops
@@ -83,9 +83,9 @@ async def completions(
         body.max_tokens or DEFAULT_COMPLETION_TOKENS, body.temperature, body.top_p, stops, body.seed
     )
     arrived = getattr(request.state, "arrived", time.perf_counter())
-    job = ChatJob(
-        [], params, tenant, arrived, clamp_max_tokens=clamp, request_id=getattr(request.state, "request_id", None)
-    )
+    salt = check_cache_salt(state, tenant, body.cache_salt)
+    req_id = getattr(request.state, "request_id", None)
+    job = ChatJob([], params, tenant, arrived, clamp_max_tokens=clamp, cache_salt=salt, request_id=req_id)
     job.encode, job.size = encode, size
     rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     if body.stream:

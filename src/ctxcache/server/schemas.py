@@ -131,6 +131,15 @@ class StreamOptions(_Req):
     include_usage: bool = False
 
 
+CacheSalt = Annotated[
+    str,
+    Field(
+        pattern=SALT_PATTERN,
+        description="vLLM-style per-request salt: only requests with the same salt (and tenant) share cache",
+    ),
+]
+
+
 class ChatCompletionRequest(_TopReq, _Unsupported):
     model: str = Field(min_length=1)
     messages: list[ChatMessage] = Field(min_length=1)
@@ -149,11 +158,7 @@ class ChatCompletionRequest(_TopReq, _Unsupported):
     functions: NotSupported = None
     function_call: NotSupported = None
     logprobs: OnlyFalse | None = None
-    cache_salt: str | None = Field(
-        None,
-        pattern=SALT_PATTERN,
-        description="vLLM-style per-request salt: only requests with the same salt (and tenant) share cache",
-    )
+    cache_salt: CacheSalt | None = None
 
 
 class PromptTokensDetails(BaseModel):
@@ -277,6 +282,7 @@ class CompletionRequest(_TopReq, _Unsupported):
     suffix: NotSupported = None
     logprobs: NotSupported = None
     user: str | None = None
+    cache_salt: CacheSalt | None = None
 
 
 class CompletionChoice(BaseModel):
