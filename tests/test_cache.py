@@ -228,3 +228,21 @@ def test_concurrent_use_keeps_invariants():
     s = cache.stats()
     assert s["bytes"] <= 3000 and s["lookups"] == 1200
     assert all(n.pins == 0 for n in cache.index)
+
+
+@pytest.mark.parametrize("disk", [False, True])
+def test_bare_numpy_array_payloads_survive_lookup_in_every_path(tmp_path, disk):
+    """#12 item 10: ``None in payloads`` compared arrays with ==; the codec refused a bare array."""
+    mem = {"kind": "memory", "capacity": 1 << 20}
+    tiers = [mem, {"kind": "disk", "capacity": 1 << 20, "path": str(tmp_path)}] if disk else [mem]
+    cache = ContextCache.from_config({"block_size": BS, "tiers": tiers})
+    toks = list(range(6 * BS))
+    cache.store(toks, [np.ones(64, np.float32)] * 6)
+    with cache.lookup(toks + [1]) as m:
+        assert m.n_blocks == 6 and all(np.array_equal(p, np.ones(64, np.float32)) for p in m.payloads)
+    cache.close()
+    if disk:  # spilled by close(): a restarted cache reads the bare arrays back from disk
+        again = ContextCache.from_config({"block_size": BS, "tiers": tiers})
+        with again.lookup(toks + [1]) as m:
+            assert m.n_blocks == 6 and all(isinstance(p, np.ndarray) and p.shape == (64,) for p in m.payloads)
+        again.close()

@@ -43,3 +43,23 @@ def test_demo_bad_input_exits_2_with_a_message(tmp_path):
     assert res.exit_code == 2 and "--size" in res.output
     res = runner.invoke(app, ["demo", "--policy", "nope"])
     assert res.exit_code == 2 and "known:" in res.output
+
+
+def test_cache_clear_deletes_saved_blocks_but_not_a_running_servers(tmp_path):
+    import numpy as np
+
+    from ctxcache.tiers import BlockMeta, DiskTier
+
+    kv = tmp_path / "kv"
+    old = DiskTier(1 << 20, path=kv / "old")
+    old.put(b"k" * 16, [np.ones(8, np.float32)], BlockMeta(b"", b"", 0))
+    old.close()  # a stopped server's blocks
+    running = DiskTier(1 << 20, path=kv / "live")  # holds its directory's lock, as a server does
+    env = {"CTXCACHE_HOME": str(tmp_path)}
+    res = runner.invoke(app, ["cache", "clear"], env=env, input="n\n")
+    assert res.exit_code == 1 and (kv / "old").exists()  # asked, and the answer was no
+    res = runner.invoke(app, ["cache", "clear", "--yes"], env=env)
+    assert res.exit_code == 0 and not (kv / "old").exists() and (kv / "live").exists()
+    assert "in use by a running server" in res.output
+    running.close()
+    assert runner.invoke(app, ["cache", "clear", "-y"], env=env).exit_code == 0 and not (kv / "live").exists()

@@ -213,37 +213,108 @@ def simulate(
             console.print(f"plot written to {plot}")
 
 
+_PRINT_CONFIG = "print the effective configuration and where each value came from, then exit"
+
+
+def _env(name: str) -> str:
+    return f"CTXCACHE_{name}"
+
+
+_ModelOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="local Hugging Face model directory (default: Gemma 3 270M, prepared once)", envvar=_env("MODEL")
+    ),
+]
+_HostOpt = Annotated[str, typer.Option(help="address to listen on", envvar=_env("HOST"))]
+_PortOpt = Annotated[int, typer.Option(help="port to listen on", envvar=_env("PORT"))]
+_ConfigOpt = Annotated[
+    Path | None, typer.Option(help="server config TOML (see docs/serving.md)", envvar=_env("CONFIG"))
+]
+_ApiKeyOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="accept this API key (repeatable; tenant 'default'); none: no authentication", envvar=_env("API_KEY")
+    ),
+]
+_ServedModelNameOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="the model's name in the API (repeatable: the first is served, the rest are aliases)",
+        envvar=_env("SERVED_MODEL_NAME"),
+    ),
+]
+_MaxModelLenOpt = Annotated[
+    int | None,
+    typer.Option(help="context limit: prompt + max_tokens (capped by the model's)", envvar=_env("MAX_MODEL_LEN")),
+]
+_BlockSizeOpt = Annotated[int | None, typer.Option(help="tokens per cached block", envvar=_env("BLOCK_SIZE"))]
+_EngineOpt = Annotated[
+    str, typer.Option(help="transformers (embedded CachedLM) or vllm (docs/vllm.md)", envvar=_env("ENGINE"))
+]
+_CacheConfigOpt = Annotated[
+    Path | None, typer.Option(help="--engine vllm: ctxcache cache TOML (tiers)", envvar=_env("CACHE_CONFIG"))
+]
+_VllmPythonOpt = Annotated[
+    str | None, typer.Option(help="--engine vllm: Python with vLLM installed", envvar=_env("VLLM_PYTHON"))
+]
+_LogLevelOpt = Annotated[
+    str | None,
+    typer.Option(help="ctxcache's log level: DEBUG, INFO, WARNING, ERROR (default INFO)", envvar=_env("LOG_LEVEL")),
+]
+_LogJsonOpt = Annotated[
+    bool | None,
+    typer.Option("--log-json/--log-text", help="log one JSON object per line (default: $CTXCACHE_LOG_JSON)"),
+]
+_UvicornLogLevelOpt = Annotated[
+    str, typer.Option(help="uvicorn's log level (access log at info)", envvar=_env("UVICORN_LOG_LEVEL"))
+]
+
+
 @app.command()
 def serve(
-    model: Annotated[
-        Path | None, typer.Option(help="local Hugging Face model directory (default: Gemma 3 270M, prepared once)")
-    ] = None,
-    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
-    config: Annotated[Path | None, typer.Option(help="server config TOML (see docs/serving.md)")] = None,
-    engine: Annotated[
-        str, typer.Option(help="transformers (embedded CachedLM) or vllm (docs/vllm.md)")
-    ] = "transformers",
-    cache_config: Annotated[Path | None, typer.Option(help="--engine vllm: ctxcache cache TOML (tiers)")] = None,
-    vllm_python: Annotated[str | None, typer.Option(help="--engine vllm: Python with vLLM installed")] = None,
-    log_level: Annotated[
-        str | None, typer.Option(help="DEBUG, INFO, WARNING, ERROR (default: $CTXCACHE_LOG_LEVEL or INFO)")
-    ] = None,
-    log_json: Annotated[
-        bool | None,
-        typer.Option("--log-json/--log-text", help="log one JSON object per line (default: $CTXCACHE_LOG_JSON)"),
-    ] = None,
+    ctx: typer.Context,
+    model: _ModelOpt = None,
+    host: _HostOpt = "127.0.0.1",
+    port: _PortOpt = 8000,
+    config: _ConfigOpt = None,
+    api_key: _ApiKeyOpt = None,
+    served_model_name: _ServedModelNameOpt = None,
+    max_model_len: _MaxModelLenOpt = None,
+    block_size: _BlockSizeOpt = None,
+    engine: _EngineOpt = "transformers",
+    cache_config: _CacheConfigOpt = None,
+    vllm_python: _VllmPythonOpt = None,
+    log_level: _LogLevelOpt = None,
+    log_json: _LogJsonOpt = None,
+    uvicorn_log_level: _UvicornLogLevelOpt = "info",
+    print_config: Annotated[bool, typer.Option("--print-config", help=_PRINT_CONFIG)] = False,
 ) -> None:
-    """Serve a model over OpenAI- and Anthropic-compatible HTTP APIs, with the context cache."""
+    """Serve a model over OpenAI- and Anthropic-compatible HTTP APIs, with the context cache.
+
+    Every flag can also be set from the environment (CTXCACHE_<FLAG>, e.g. CTXCACHE_PORT=9000).
+    Precedence: flag > environment > config file > default.
+    """
     if engine == "vllm":
         _serve_vllm(model, host, port, cache_config, vllm_python)
         return
     if engine != "transformers":
         err.print(f"[red]error:[/red] --engine must be transformers or vllm, got {engine!r}")
         raise typer.Exit(2)
+    from .server.cli import Overrides
     from .server.cli import serve as run_server  # lazy: FastAPI and torch load only for this command
 
-    run_server(model, host, port, config, log_level=log_level, log_json=log_json)
+    sources = {name: _source(ctx, name) for name in ctx.params}
+    over = Overrides(api_keys=api_key or [], names=served_model_name or [], max_context=max_model_len,
+                     block_size=block_size, log_level=log_level, log_json=log_json,
+                     uvicorn_log_level=uvicorn_log_level,
+                     sources=sources)  # fmt: skip
+    run_server(model, host, port, config, over, print_config=print_config)
+
+
+def _source(ctx: typer.Context, name: str) -> str:
+    src = ctx.get_parameter_source(name)
+    return {"COMMANDLINE": "flag", "ENVIRONMENT": "environment"}.get(getattr(src, "name", ""), "default")
 
 
 register_observability(app)  # analyze, ab-report

@@ -1,5 +1,7 @@
 """``ctxcache cache stats|clear|erase``: look at and erase what a cache config's tiers hold.
 
+``cache clear`` without ``--config`` deletes what ``ctxcache serve`` saved under $CTXCACHE_HOME/kv.
+
 Each command opens the tiers of a config (a cache TOML, or a server TOML with a [cache] table),
 so it sees the blocks an earlier run left on disk (and their owners, from the block headers),
 acts, and closes. Run it while the server is stopped (a disk tier is locked by its owner), or
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -19,6 +21,7 @@ from .cache import ContextCache
 from .errors import CtxCacheError
 
 cache_app = typer.Typer(add_completion=False, help="Inspect or erase what the cache tiers hold.")
+_CLEAR_CONFIG = "cache TOML, or a server TOML with a [cache] table (default: what `serve` saved in $CTXCACHE_HOME/kv)"
 CONFIG = typer.Option(..., "--config", "-c", help="cache TOML, or a server TOML with a [cache] table")
 
 
@@ -44,12 +47,64 @@ def stats(config: Path = CONFIG) -> None:
 
 
 @cache_app.command()
-def clear(config: Path = CONFIG, yes: bool = typer.Option(False, "--yes", help="do not ask")) -> None:
-    """Erase every block of every tenant from every tier."""
+def clear(
+    config: Annotated[Path | None, typer.Option("--config", "-c", help=_CLEAR_CONFIG)] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask")] = False,
+    models: Annotated[bool, typer.Option("--models", help="without --config: also delete the converted model")] = False,
+) -> None:
+    """Erase every block of every tenant from every tier of a config; without --config, delete the KV
+    blocks `ctxcache serve` saved under $CTXCACHE_HOME/kv (a running server's are kept)."""
+    if config is None:
+        _clear_home(yes, models)
+        return
     if not yes:
         typer.confirm(f"erase every cached block of {config}?", abort=True)
     with _open(config) as cache:
         typer.echo(json.dumps(cache.clear()))
+
+
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _in_use(directory: Path) -> bool:
+    """A disk tier holds an exclusive flock on its LOCK file while a server runs."""
+    import fcntl
+
+    lock = directory / "LOCK"
+    if not lock.exists():
+        return False
+    with lock.open("rb") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+    return False
+
+
+def _clear_home(yes: bool, models: bool) -> None:
+    import shutil
+
+    from .integrations.model_store import ctxcache_home
+
+    home = ctxcache_home()
+    targets = sorted(p for p in (home / "kv").glob("*") if p.is_dir())
+    targets += [home / "models"] if models and (home / "models").is_dir() else []
+    if not targets:
+        typer.echo(f"nothing to clear under {home}")
+        return
+    total = sum(_size(p) for p in targets)
+    if not yes and not typer.confirm(f"delete {len(targets)} directories ({total / 2**30:.2f} GiB) under {home}?"):
+        raise typer.Exit(1)
+    freed = 0
+    for p in targets:
+        if _in_use(p):
+            typer.echo(f"skipped {p}: in use by a running server (stop it first)", err=True)
+            continue
+        size = _size(p)
+        shutil.rmtree(p)
+        freed += size
+    typer.echo(f"freed {freed / 2**30:.2f} GiB under {home}")
 
 
 @cache_app.command()

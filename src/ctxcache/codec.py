@@ -33,23 +33,9 @@ from typing import Any, Protocol
 import numpy as np
 import xxhash
 
-from .codec_arrays import (
-    _BF16,
-    _DTYPES,
-    _F16,
-    _FLOATS,
-    _I8,
-    ALIGN,
-    BYTES,
-    MODES,
-    PAIRS,
-    _array,
-    _flatten,
-    _quantize,
-    _rebuild,
-    _to_f16,
-)  # fmt: skip
+from .codec_arrays import _F16, _FLOATS, _I8, ALIGN, MODES, _array, _quantize, _rebuild, _to_f16
 from .errors import ConfigError, CorruptBlockError, MissingDependencyError, PayloadError
+from .payload import _BF16, _DTYPES, ARRAY, BYTES, flatten
 
 MAGIC = b"CTXB"
 FORMAT_VERSION = 2  # 2: the header carries the owning tenant, and the payload may be sealed
@@ -146,7 +132,7 @@ class Codec:
 
     def _plan(self, payload: Any) -> tuple[int, list[tuple[str, int, int, tuple[int, ...], np.ndarray, Any]]]:
         """(kind, [(name, stored code, original code, shape, stored array, scale or None)])."""
-        kind, arrays = _flatten(payload)
+        kind, arrays = flatten(payload)
         out = []
         for i, (name, a, code) in enumerate(arrays):
             stored, scale, scode = a, None, self._storage(i, code, a.ndim, kind)
@@ -208,7 +194,7 @@ class Codec:
 
     def encoded_size(self, payload: Any, key_len: int = 16, tokens_len: int = 0, tenant_len: int = 0) -> int:
         """Bytes ``encode`` will produce at most (exact without compression), without encoding."""
-        kind, arrays = _flatten(payload)
+        kind, arrays = flatten(payload)
         hlen, off = _FIXED.size + 2 * key_len + tokens_len + tenant_len, 0
         for i, (name, a, code) in enumerate(arrays):
             hlen += _ENTRY.size + 8 * a.ndim + len(name.encode())
@@ -306,7 +292,7 @@ def read_header(buf: Any) -> Header:
             raise CorruptBlockError(f"block format version {version}, this build reads {READABLE_VERSIONS}")
         if version == 1 and (nlen or kind & SEALED):
             raise CorruptBlockError("a version-1 block carries no tenant and is never sealed")
-        if mode >= len(MODES) or comp >= len(COMPRESSIONS) or kind & ~SEALED > PAIRS:
+        if mode >= len(MODES) or comp >= len(COMPRESSIONS) or kind & ~SEALED > ARRAY:
             raise CorruptBlockError("unknown mode, compression or payload kind")
         if hlen % ALIGN or hlen < _FIXED.size + klen + plen + nlen + tlen or hlen > len(mv):
             raise CorruptBlockError("bad header length (truncated?)")

@@ -1,65 +1,21 @@
-"""Codec internals: turning payloads into typed arrays and back (dtype codes, fp16 and int8
-storage, rebuilding the payload's shape). No I/O, no headers: ``codec.py`` frames these."""
+"""Codec internals: typed arrays in storage form and back (fp16 and int8 storage, rebuilding the
+payload's shape). Payload kinds, dtype codes and ``flatten`` live in ``payload.py`` (shared with the
+memory tiers' check). No I/O, no headers: ``codec.py`` frames these."""
 
 from __future__ import annotations
 
 import math
-import sys
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from .errors import CorruptBlockError, PayloadError
+from .payload import _BF16, _DTYPES, ARRAY, BYTES, DICT, LIST, PAIRS
 
 ALIGN = 64
 MODES: tuple[str, ...] = ("raw", "fp16", "k16v8", "int8")
-BYTES, LIST, DICT, PAIRS = 0, 1, 2, 3
-_BF16 = 4  # stored as raw 16-bit words; numpy has no bfloat16
-_DTYPES: dict[int, np.dtype[Any]] = {
-    1: np.dtype("<f2"), 2: np.dtype("<f4"), 3: np.dtype("<f8"), _BF16: np.dtype("<u2"),
-    5: np.dtype("i1"), 6: np.dtype("u1"), 7: np.dtype("<i2"), 8: np.dtype("<u2"),
-    9: np.dtype("<i4"), 10: np.dtype("<u4"), 11: np.dtype("<i8"), 12: np.dtype("<u8"), 13: np.dtype("?"),
-}  # fmt: skip
-_CODES = {dt: c for c, dt in reversed(_DTYPES.items())}  # u2 maps to 8, not bf16
 _F16, _I8 = 1, 5
 _FLOATS = {1, 2, 3, _BF16}
-
-
-_SUPPORTED = "use bytes, or a list/tuple/dict of numpy arrays or CPU torch tensors, or (K, V) pairs of them"
-
-
-def _as_array(x: Any) -> tuple[np.ndarray, int]:
-    """A C-contiguous little-endian array viewing (or copying) ``x``, and its dtype code."""
-    if type(x).__module__.startswith("torch") and hasattr(x, "numpy"):
-        t = x.detach().cpu().contiguous()
-        if str(t.dtype) == "torch.bfloat16":  # numpy has no bfloat16: carry the 16-bit words
-            return t.view(sys.modules["torch"].int16).numpy().view(np.uint16), _BF16
-        x = t.numpy()
-    if not isinstance(x, (np.ndarray, np.generic)):
-        raise PayloadError(f"cannot encode a payload item of type {type(x).__name__}: {_SUPPORTED}")
-    x = np.asarray(x)
-    dt = x.dtype.newbyteorder("<") if x.dtype.byteorder == ">" else x.dtype
-    if dt not in _CODES:
-        raise PayloadError(f"cannot encode arrays of dtype {x.dtype}")
-    # Not ascontiguousarray: it turns 0-d arrays into 1-d ones.
-    x = x if x.flags.c_contiguous and x.dtype == dt else np.array(x, dtype=dt, order="C")
-    return x, _CODES[dt]
-
-
-def _flatten(payload: Any) -> tuple[int, list[tuple[str, np.ndarray, int]]]:
-    """(payload kind, [(name, array, dtype code)])."""
-    if isinstance(payload, (bytes, bytearray, memoryview)):
-        return BYTES, [("", np.frombuffer(payload, dtype=np.uint8), 6)]
-    if isinstance(payload, Mapping):
-        if not all(isinstance(k, str) for k in payload):
-            raise PayloadError("array names (dict keys) must be str")
-        return DICT, [(k, *_as_array(v)) for k, v in payload.items()]
-    if isinstance(payload, (list, tuple)):
-        if payload and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in payload):
-            return PAIRS, [("", *_as_array(a)) for pair in payload for a in pair]
-        return LIST, [("", *_as_array(a)) for a in payload]
-    raise PayloadError(f"cannot encode a payload of type {type(payload).__name__}: {_SUPPORTED}")
 
 
 def _quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -137,4 +93,6 @@ def _rebuild(kind: int, arrays: list[tuple[str, np.ndarray]]) -> Any:
         return [(arrays[i][1], arrays[i + 1][1]) for i in range(0, len(arrays), 2)]
     if kind == LIST:
         return [a for _, a in arrays]
+    if kind == ARRAY and len(arrays) == 1:
+        return arrays[0][1]
     raise CorruptBlockError(f"payload kind {kind} does not fit its {len(arrays)} arrays")

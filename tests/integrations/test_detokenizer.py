@@ -57,3 +57,37 @@ def test_incomplete_utf8_is_not_emitted_early():
 def test_sampling_params_are_validated(kw):
     with pytest.raises(ValueError):
         SamplingParams(**kw)
+
+
+class CountingTok(ToyTok):
+    def __init__(self, pieces):
+        super().__init__(pieces)
+        self.decoded = 0
+
+    def decode(self, ids, skip_special_tokens=True):
+        self.decoded += len(ids)
+        return super().decode(ids, skip_special_tokens)
+
+
+def test_detokenizing_is_linear_in_the_output_length():
+    n = 3000
+    tok = CountingTok([f"w{i % 7} " for i in range(n)])
+    d = Detokenizer(tok, ["STOP"])
+    ids, out = [], []
+    for i in range(n):
+        ids.append(i)
+        out.append(d.push(ids)[0])
+    out.append(d.flush())
+    assert "".join(out) == d.text == "".join(tok.pieces)
+    assert tok.decoded <= 4 * n  # re-decoding everything each step would be ~n*n/2 = 4.5M
+
+
+def test_a_leading_space_dropped_at_the_start_of_a_decode_is_not_lost():
+    class SentencePieceLike(ToyTok):  # drops the first token's leading space, as SentencePiece decoders do
+        def decode(self, ids, skip_special_tokens=True):
+            return super().decode(ids).removeprefix(" ") if ids else ""
+
+    out, text, _ = run(["Hello", " big", " world"], [])
+    d = Detokenizer(SentencePieceLike(["Hello", " big", " world"]), [])
+    parts = [d.push(list(range(k + 1)))[0] for k in range(3)] + [d.flush()]
+    assert "".join(parts) == "Hello big world" == text

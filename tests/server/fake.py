@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 
 from ctxcache import ContextCache
 from ctxcache.integrations import Generation, SamplingParams, Timings
@@ -46,6 +47,7 @@ class FakeStream:
                     payloads = [b"kv" * 64] * (n - m.n_blocks)
                     created = lm.cache.store(req.prefix(n * bs), payloads, first_block=m.n_blocks).cache_creation_tokens
         usage = Usage(hit, created, len(ids) - hit, by_tier)
+        time.sleep(lm.prefill_delay)  # a slow model: a long prefill before the first token
         self.first_token_at = time.perf_counter()
         if kw.get("on_prefill"):
             kw["on_prefill"](usage)
@@ -65,6 +67,16 @@ class FakeStream:
         self.result = Generation(text, out, finish, stop_seq, len(ids), usage, Timings(first_token_s=0.001))
 
 
+class FakeTokenizer:
+    """Characters are tokens (id = code point mod 1000), like FakeLM.encode; no BOS."""
+
+    def __call__(self, text, add_special_tokens=True):
+        return types.SimpleNamespace(input_ids=[ord(c) % 1000 for c in text])
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(chr(i) for i in ids)
+
+
 class FakeLM:
     def __init__(self, block_size: int = 8, max_context: int = 512, capacity: int = 1 << 20):
         self.cache = ContextCache.from_config(
@@ -74,6 +86,9 @@ class FakeLM:
         self.max_context = max_context
         self.gate: threading.Event | None = None
         self.token_delay = 0.0
+        self.prefill_delay = 0.0
+        self.tokenizer = FakeTokenizer()
+        self.vocab_size = 1000
         self.order: list[str] = []
 
     def encode(self, messages, *, add_generation_prompt=True):

@@ -134,12 +134,13 @@ def test_anthropic_stream_events():
     assert names[:3] == ["message_start", "content_block_start", "ping"]
     assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
     data = [json.loads(ln[6:]) for ln in lines if ln.startswith("data: ")]
-    start = data[0]["message"]
-    assert start["usage"]["cache_read_input_tokens"] > 200  # known before the first token
+    start = data[0]["message"]  # sent before the prefill: the whole prompt counts as input until message_delta
+    assert start["usage"]["input_tokens"] > 200 and start["usage"]["cache_read_input_tokens"] == 0
     text = "".join(d["delta"]["text"] for d in data if d["type"] == "content_block_delta")
     assert text == "Hello from the fake model."
     delta = next(d for d in data if d["type"] == "message_delta")
     assert delta["delta"]["stop_reason"] == "end_turn" and delta["usage"]["output_tokens"] == 6
+    assert delta["usage"]["cache_read_input_tokens"] > 200
 
 
 def test_api_keys_map_to_tenants():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -129,3 +130,49 @@ def test_serve_rejects_a_directory_that_is_not_a_model(tmp_path):
         port = s.getsockname()[1]
     res = runner.invoke(app, ["serve", "--port", str(port), "--model", str(tmp_path)])
     assert res.exit_code == 2 and "no config.json" in res.output
+
+
+def _print_config(tmp_path, args, env=None):
+    model = tmp_path / "my-model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text("{}")
+    res = runner.invoke(
+        app,
+        ["serve", "--print-config", "--model", str(model), *args],
+        env={"CTXCACHE_HOME": str(tmp_path), **(env or {})},
+    )
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout[res.stdout.index("{") :])
+
+
+def test_flags_beat_environment_beat_config_file_beat_defaults(tmp_path):
+    conf = tmp_path / "s.toml"
+    conf.write_text('[server]\nmax_context = 2048\nmodel_id = "from-file"\n[cache]\nblock_size = 16\n')
+    out = _print_config(tmp_path, ["--config", str(conf)])
+    assert out["server"]["max_context"] == 2048 and out["cache"]["block_size"] == 16
+    assert out["sources"]["server.max_context"] == "config file"
+    env = {"CTXCACHE_MAX_MODEL_LEN": "4096", "CTXCACHE_BLOCK_SIZE": "64", "CTXCACHE_SERVED_MODEL_NAME": "env-name"}
+    out = _print_config(tmp_path, ["--config", str(conf)], env)
+    assert (out["server"]["max_context"], out["cache"]["block_size"], out["server"]["model_id"]) == (
+        4096,
+        64,
+        "env-name",
+    )
+    assert out["sources"]["server.max_context"] == out["sources"]["cache.block_size"] == "environment"
+    out = _print_config(tmp_path, ["--config", str(conf), "--max-model-len", "1024", "--api-key", "sk-1"], env)
+    assert out["server"]["max_context"] == 1024 and out["sources"]["server.max_context"] == "flag"
+    assert out["server"]["api_keys"] == ["<4-character key> -> default"]  # the key itself is never printed
+    out = _print_config(tmp_path, ["--served-model-name", "a", "--served-model-name", "b"])
+    assert out["server"]["model_id"] == "a" and out["server"]["model_aliases"] == ["b"]
+    res = runner.invoke(app, ["serve", "--print-config", "--max-model-len", "0", "--model", str(tmp_path / "my-model")])
+    assert res.exit_code == 2 and "max_context must be a positive integer" in res.output
+
+
+def test_a_server_only_config_keeps_the_default_ram_and_disk_tiers(tmp_path):
+    conf = tmp_path / "s.toml"
+    conf.write_text("[server]\nmax_queue = 3\n")
+    out = _print_config(tmp_path, ["--config", str(conf)])
+    assert [t["kind"] for t in out["cache"]["tiers"]] == ["memory", "disk"]
+    assert out["sources"]["cache.tiers"] == "default (RAM + disk)"
+    conf.write_text('[[cache.tiers]]\nkind = "memory"\ncapacity = "1GiB"\n')
+    assert [t["kind"] for t in _print_config(tmp_path, ["--config", str(conf)])["cache"]["tiers"]] == ["memory"]

@@ -55,6 +55,22 @@ def test_tenants_are_isolated_and_cache_salt_narrows_sharing():
         assert c.post("/v1/chat/completions", json=chat("x"), headers=key("sk-nobody")).status_code == 401
 
 
+def test_completions_take_cache_salt_too():
+    def completion(**kw):
+        body = {"model": "fake-model", "prompt": "salted raw prompt " * 6, "max_tokens": 2, **kw}
+        r = c.post("/v1/completions", json=body, headers=key("sk-a"))
+        assert r.status_code == 200, r.text
+        return r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+    with serve(tenant_lm()) as c:
+        assert completion() == 0 and completion() > 0
+        assert completion(cache_salt="s1") == 0 and completion(cache_salt="s1") > 0
+        r = c.post(
+            "/v1/completions", json={"model": "fake-model", "prompt": "x", "cache_salt": "a b"}, headers=key("sk-a")
+        )
+        assert r.status_code == 400 and r.json()["error"]["param"] == "cache_salt"
+
+
 def test_admin_routes_need_the_admin_key(caplog):
     with serve(tenant_lm()) as c:
         cached(c, "sk-a")

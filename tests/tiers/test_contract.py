@@ -151,3 +151,62 @@ def test_stats_are_storage_only(tier):
     assert s["kind"] == tier.kind and s["blocks"] == 1 and s["bytes"] == tier.used_bytes
     assert s["corrupt"] == 0 and s["healthy"] is True
     assert not {"policy", "hits", "evictions"} & set(s)  # the engine's Slot adds those
+
+
+def _kinds() -> dict[str, object]:
+    import torch
+
+    a = np.arange(64, dtype=np.float32)
+    return {
+        "bytes": b"\x01" * 64,
+        "bare numpy array": a,
+        "bare torch tensor": torch.arange(64, dtype=torch.float32),
+        "bfloat16 tensor": torch.arange(64, dtype=torch.bfloat16),
+        "list": [a, a + 1],
+        "tuple": (a, a + 1),
+        "dict": {"k": a, "v": a + 1},
+        "(K, V) pairs": [(a, a + 1), (a + 2, a + 3)],
+    }
+
+
+def _flat(p: object) -> list[np.ndarray]:
+    """A payload as a flat list of float64 arrays (torch and numpy, tuple and list compare equal)."""
+    if isinstance(p, (bytes, bytearray, memoryview)):
+        return [np.frombuffer(p, np.uint8).astype(np.float64)]
+    if isinstance(p, dict):
+        return [x for v in p.values() for x in _flat(v)]
+    if isinstance(p, (list, tuple)):
+        return [x for v in p for x in _flat(v)]
+    return [np.asarray(p.float() if hasattr(p, "float") else p, dtype=np.float64)]
+
+
+@pytest.mark.parametrize("kind", list(_kinds()))
+def test_every_tier_takes_every_documented_payload_kind(tier, kind):
+    p = _kinds()[kind]
+    tier.put(KEYS[0], p, meta(0))
+    got = tier.get(KEYS[0])
+    assert got is not None
+    assert all(np.array_equal(x, y) for x, y in zip(_flat(got), _flat(p), strict=True))
+
+
+BAD = {
+    "str": "not a payload",
+    "None": None,
+    "int": 7,
+    "list of str": ["a", "b"],
+    "object array": np.array([object()]),
+    "complex dtype": [np.ones(4, np.complex64)],
+    "int dict keys": {1: np.ones(4)},
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD))
+def test_every_tier_refuses_anything_else_with_the_same_error(tier, bad):
+    from ctxcache.errors import PayloadError
+
+    with pytest.raises(PayloadError) as exc:
+        tier.put(KEYS[0], BAD[bad], meta(0))
+    with pytest.raises(PayloadError) as ref:
+        Codec().encode(BAD[bad], KEYS[0])
+    assert str(exc.value) == str(ref.value)
+    assert KEYS[0] not in tier and tier.used_bytes == 0

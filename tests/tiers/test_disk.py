@@ -110,3 +110,33 @@ def test_readers_never_see_a_torn_block_while_a_writer_rewrites(tmp_path):
     stop.set()
     th.join()
     assert not errors and t.corrupt == 0 and len(seen) > 1
+
+
+def test_blocks_are_private_to_their_owner(tmp_path):
+    """#12 item 9: blocks hold token ids (they decode back to the prompt): 0700 directories, 0600 files."""
+    import stat
+
+    root = tmp_path / "kv" / "model"
+    t = DiskTier(1 << 20, path=root, fsync=False)
+    for i, k in enumerate(KEYS[:3]):
+        t.put(k, [np.full(16, i, np.float32)], meta(i))
+    t.close()
+    dirs = [root, *(p for p in root.rglob("*") if p.is_dir())]
+    files = [p for p in root.rglob("*") if p.is_file()]
+    assert len(files) >= 4  # LOCK and the blocks
+    assert {stat.S_IMODE(d.stat().st_mode) for d in dirs} == {0o700}
+    assert {stat.S_IMODE(f.stat().st_mode) for f in files} == {0o600}
+
+
+def test_a_directory_others_may_write_to_is_refused_and_a_readable_one_tightened(tmp_path):
+    import stat
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for mode in (0o777, 0o770, 0o722):
+        shared.chmod(mode)
+        with pytest.raises(ConfigError, match=r"not private: others may write to it.*chmod 700"):
+            DiskTier(1 << 20, path=shared)
+    shared.chmod(0o755)  # e.g. made by an older version: readable only, so made private
+    DiskTier(1 << 20, path=shared).close()
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o700

@@ -25,6 +25,14 @@ if TYPE_CHECKING:
     from .core import Engine
 
 
+def first_missing(payloads: list[Any]) -> int:
+    """Index of the first None (an unreadable block), else the length.
+
+    By identity: ``None in payloads`` compares with ``==``, which a numpy array answers elementwise.
+    """
+    return next((i for i, p in enumerate(payloads) if p is None), len(payloads))
+
+
 @dataclass
 class Match:
     """The longest cached prefix of a request. Pins its blocks until released."""
@@ -67,7 +75,7 @@ def lookup(e: Engine, prompt: Prompt) -> Match:
         e.index.pin(nodes)  # held while the lock is released for I/O
     limit = throttle(e, nodes, reads, prompt.namespace.tenant)
     read(e, nodes, payloads, reads, limit)
-    cut = payloads.index(None) if None in payloads else len(nodes)
+    cut = first_missing(payloads)
     discover = e.placement.persistent and cut < n_full and limit >= len(nodes)
     found = e.placement.discover(prompt, cut) if discover else []
     with e.lock:
@@ -124,8 +132,8 @@ def finish_simple(e: Engine, nodes: list[Node], prompt: Prompt, n_full: int) -> 
     slot = e.slots[0]
     keys = [n.key for n in nodes]
     payloads = slot.tier.get_many(keys)
-    if None in payloads:  # unreadable: the prefix ends there
-        cut = payloads.index(None)
+    cut = first_missing(payloads)
+    if cut < len(payloads):  # unreadable: the prefix ends there
         del nodes[cut:], keys[cut:], payloads[cut:]
     n = len(nodes)
     if n:
@@ -190,7 +198,7 @@ def resolve(
     ``limit`` on were not loaded (throttled): misses, not losses."""
     pl = e.placement
     pinned = list(nodes)
-    cut = min(payloads.index(None) if None in payloads else len(nodes), limit)
+    cut = min(first_missing(payloads), limit)
     for i in range(cut, limit):
         if payloads[i] is None:
             pl.lose(nodes[i], src[i])
@@ -220,8 +228,9 @@ def hits(e: Engine, nodes: list[Node], src: list[int], check: bool = False) -> N
 
 
 def finish(e: Engine, nodes: list[Node], payloads: list[Any], src: list[int], prompt: Prompt, resolved: bool) -> Match:
-    if None in payloads:  # unreadable (only possible in the single-tier path): the prefix ends
-        del nodes[payloads.index(None) :]
+    cut = first_missing(payloads)
+    if cut < len(payloads):  # unreadable (only possible in the single-tier path): the prefix ends
+        del nodes[cut:]
         del payloads[len(nodes) :], src[len(nodes) :]
     if not resolved:
         hits(e, nodes, src)

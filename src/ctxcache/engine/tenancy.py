@@ -43,6 +43,7 @@ from .sealing import load_master_key
 PRIORITIES = (0, 1, 2)
 THROTTLE_MODES = ("wait", "recompute")
 _SALT = re.compile(r"^[A-Za-z0-9_.:\-+/=]{1,128}$")
+SALT_PATTERN = _SALT.pattern  # the HTTP schemas publish the same rule
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 _FIELDS = {"api_keys", "salt", "quota", "rate", "burst", "priority", "ttl", "weight"}
 _OPTIONS = {"secret", "max_pinned", "on_throttle", "admin_keys", "max_wait", "encrypt", "master_key_file"}

@@ -71,22 +71,40 @@ class Generation:
 
 
 class Detokenizer:
-    """Incremental text for a growing token list, holding back what may be the start of a stop string."""
+    """Incremental text for a growing token list, holding back what may be the start of a stop string.
+
+    Linear in the output: each push decodes only a short window, from the last token whose text
+    was final (``_prefix``) to the end, and compares it with the window's text before the new
+    tokens (``_read``): decoding both from the same first token keeps tokenizers that drop a
+    leading space at the start of a decode honest. A window whose text ends in U+FFFD is an
+    incomplete UTF-8 sequence and waits for its next token. Stop strings are searched only where
+    a new one could end.
+    """
 
     def __init__(self, tokenizer: Any, stops: Sequence[str]) -> None:
         self.tok, self.stops, self.sent, self.text = tokenizer, tuple(stops), 0, ""
+        self._prefix = self._read = 0
+        self._longest = max((len(s) for s in self.stops), default=0)
+        self._ids: list[int] = []
+
+    def _advance(self, ids: list[int], final: bool = False) -> None:
+        self._ids = ids
+        before = self.tok.decode(ids[self._prefix : self._read], skip_special_tokens=True)
+        after = self.tok.decode(ids[self._prefix :], skip_special_tokens=True)
+        if len(after) > len(before) and (final or not after.endswith("\ufffd")):
+            self.text += after[len(before) :]
+            self._prefix, self._read = self._read, len(ids)
 
     def push(self, ids: list[int]) -> tuple[str, str | None]:
-        text = self.tok.decode(ids, skip_special_tokens=True)
-        hits = [(i, s) for s in self.stops if (i := text.find(s)) >= 0]
+        self._advance(ids)
+        text, start = self.text, max(0, self.sent - self._longest)
+        hits = [(i, s) for s in self.stops if (i := text.find(s, start)) >= 0]
         if hits:
             cut, stop = min(hits)
             self.text = text[: max(cut, self.sent)]
             return self._take(len(self.text)), stop
-        self.text = text
-        safe = len(text.rstrip("\ufffd"))  # an incomplete UTF-8 sequence decodes to U+FFFD
-        hold = max((k for s in self.stops for k in range(1, len(s)) if text[:safe].endswith(s[:k])), default=0)
-        return self._take(safe - hold), None
+        hold = max((k for s in self.stops for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+        return self._take(len(text) - hold), None
 
     def _take(self, end: int) -> str:
         delta = self.text[self.sent : end] if end > self.sent else ""
@@ -94,4 +112,6 @@ class Detokenizer:
         return delta
 
     def flush(self) -> str:
+        if self._read < len(self._ids):  # a trailing incomplete sequence: emit what it decodes to
+            self._advance(self._ids, final=True)
         return self._take(len(self.text))

@@ -67,10 +67,16 @@ class Prefill:
 
 
 def sample_token(logits: Any, temperature: float, top_p: float, generator: Any = None) -> int:
-    """Greedy when temperature is 0, else temperature + nucleus (top-p) sampling."""
+    """Greedy when temperature is 0, else temperature + nucleus (top-p) sampling.
+
+    A tiny temperature (1e-300) scales logits to inf and the softmax to nan; its limit is greedy.
+    """
     if temperature <= 0.0:
         return int(torch.argmax(logits))
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    scaled = logits.float() / temperature
+    if not bool(torch.isfinite(scaled.max())):  # -inf entries (masked tokens) alone are fine
+        return int(torch.argmax(logits))
+    probs = torch.softmax(scaled, dim=-1)
     if top_p >= 1.0:
         return int(torch.multinomial(probs, 1, generator=generator))
     sp, si = torch.sort(probs, descending=True)
@@ -109,7 +115,8 @@ class GenerationStream:
         lm, p, prompt = self.lm, self.params, self.prompt
         should_stop: Callable[[], bool] = self.kw.get("should_stop") or (lambda: False)
         t0 = time.perf_counter()
-        gen = torch.Generator().manual_seed(p.seed) if p.seed is not None else None
+        # manual_seed takes 64 bits; API seeds are any integer (OpenAI's clients send up to int64 and beyond).
+        gen = torch.Generator().manual_seed(p.seed % 2**64) if p.seed is not None else None
         first: list[int] = []
 
         def sample_first(logits: Any) -> None:
@@ -341,11 +348,8 @@ class CachedLM:
         should_stop: Callable[[], bool] | None = None,
         on_prefill: Callable[[Usage], None] | None = None,
     ) -> GenerationStream:
-        """Stream the completion of a tokenized prompt.
-
-        ``should_stop`` is polled between tokens; ``on_prefill`` gets the prompt's Usage as soon as
-        the first token is sampled (before any text is yielded).
-        """
+        """Stream the completion of a tokenized prompt. ``should_stop`` is polled between tokens;
+        ``on_prefill`` gets the prompt's Usage as soon as the first token is sampled (before any text)."""
         ids = self._check_tokens(prompt)
         return GenerationStream(
             self, ids, params or SamplingParams(), namespace=namespace, store_upto=store_upto,

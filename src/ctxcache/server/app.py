@@ -19,13 +19,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .. import __version__
 from ..observability.service import ObsConfig, Observability
 from .config import ServerConfig
-from .deps import APIError, describe_validation, error_response, tenant_for
+from .deps import APIError, describe_validation, error_response, invalid_field, tenant_for, unsupported_field
+from .guards import RequestGuard
 from .jobs import ServerState
 from .metrics import CONTENT_TYPE, Metrics
+from .openapi import publish_limits
 from .routes_admin import router as admin_router
 from .routes_anthropic import router as anthropic_router
 from .routes_obs import router as obs_router
 from .routes_openai import router as openai_router
+from .routes_text import router as text_router
+from .routes_text import tools as token_router
 from .schemas import ModelCard, ModelList
 
 if TYPE_CHECKING:
@@ -93,6 +97,8 @@ def _lifespan(
                     await task
             observability.close()
             await state.worker.stop()
+            for lane in (state.tokenizer, state.tokenizer_large):
+                lane.shutdown(wait=False, cancel_futures=True)
             state.pins.clear()
             if getattr(app.state, "semantic", None) is not None:
                 app.state.semantic.close()
@@ -100,23 +106,39 @@ def _lifespan(
     return lifespan
 
 
-def _install_error_handlers(app: FastAPI) -> None:
-    """Every error leaves in the API's own shape (see deps.error_response)."""
-
+def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return error_response(request, exc.status, exc.message, param=exc.param, headers=exc.headers)
+        return error_response(request, exc.status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(request, 400, describe_validation(exc))
+        field = unsupported_field(exc)
+        code = "unsupported_parameter" if field else None
+        return error_response(request, 400, describe_validation(exc), param=field or invalid_field(exc), code=code)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         msg = str(exc.detail)
         if exc.status_code == 404:
             msg = f"no route {request.method} {request.url.path}; see /docs for the API"
-        return error_response(request, exc.status_code, msg, headers=getattr(exc, "headers", None))
+        code = "unknown_url" if exc.status_code == 404 else None
+        return error_response(request, exc.status_code, msg, code=code, headers=getattr(exc, "headers", None))
+
+
+def _include_routers(app: FastAPI, cfg: ServerConfig, state: ServerState) -> None:
+    """The API's routers, the opt-in semantic cache, and the limits the OpenAPI schema publishes."""
+    app.include_router(openai_router)
+    app.include_router(anthropic_router)
+    app.include_router(text_router)
+    app.include_router(token_router)
+    app.include_router(admin_router)
+    app.include_router(obs_router)
+    if cfg.semantic.get("tenants"):  # opt-in: see routes_semantic.py
+        from .routes_semantic import build_semantic, install
+
+        install(app, *build_semantic(cfg.semantic, state.model_id))
+    publish_limits(app, state.max_tokens_limit, state.model_names, getattr(state.lm, "vocab_size", None))
 
 
 def create_app(
@@ -126,29 +148,31 @@ def create_app(
     cfg = cfg or ServerConfig()
     state = ServerState(lm, cfg, model_id or cfg.model_id or "model")
     state.obs = observability = Observability(lm.cache, state.metrics.registry, obs or cfg.observability)
-    lifespan = _lifespan(state, observability)
-    app = FastAPI(title="ctxcache", version=__version__, description=_DESCRIPTION, lifespan=lifespan)
+    # No slash redirects: RequestGuard serves "/v1/x/" as "/v1/x" (a 307 to a POST is an empty reply).
+    app = FastAPI(
+        title="ctxcache",
+        version=__version__,
+        description=_DESCRIPTION,
+        lifespan=_lifespan(state, observability),
+        redirect_slashes=False,
+    )
     app.state.ctx = state
     app.state.obs = observability
     app.add_middleware(_Stamp, metrics=state.metrics)
+    app.add_middleware(RequestGuard, max_body_bytes=int(cfg.max_body_bytes))  # outermost
 
-    _install_error_handlers(app)
-
-    app.include_router(openai_router)
-    app.include_router(anthropic_router)
-    app.include_router(admin_router)
-    app.include_router(obs_router)
-    if cfg.semantic.get("tenants"):  # opt-in: see routes_semantic.py
-        from .routes_semantic import build_semantic, install
-
-        install(app, *build_semantic(cfg.semantic, state.model_id))
+    _add_error_handlers(app)
+    _include_routers(app, cfg, state)
 
     @app.get("/v1/models", response_model=ModelList, tags=["models"])
     async def list_models(tenant: str = Depends(tenant_for)) -> ModelList:
         """The served model (fields for both the OpenAI and the Anthropic clients)."""
         created_at = datetime.fromtimestamp(state.created, UTC).isoformat().replace("+00:00", "Z")
-        card = ModelCard(id=state.model_id, created=state.created, created_at=created_at, display_name=state.model_id)
-        return ModelList(data=[card], first_id=card.id, last_id=card.id)
+        cards = [
+            ModelCard(id=name, created=state.created, created_at=created_at, display_name=name)
+            for name in state.model_names
+        ]
+        return ModelList(data=cards, first_id=cards[0].id, last_id=cards[-1].id)
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, Any]:

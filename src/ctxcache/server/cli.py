@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import errno
+import json
+import os
+import signal
 import socket
-import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -13,7 +18,8 @@ from rich.markup import escape
 
 from ..cache import ContextCache
 from ..errors import CtxCacheError
-from .config import load_server_config
+from .config import DEFAULT_TENANT, ServerConfig, load_server_config
+from .memory import tune_allocator
 
 err = Console(stderr=True, soft_wrap=True)
 
@@ -53,62 +59,138 @@ def embedded_tiers(model_fingerprint: str) -> list[dict[str, object]]:
     ]
 
 
+@dataclass
+class Overrides:
+    """What flags and CTXCACHE_* variables set on top of the config file (None/empty: not set)."""
+
+    api_keys: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    max_context: int | None = None
+    block_size: int | None = None
+    log_level: str | None = None  # None: $CTXCACHE_LOG_LEVEL or INFO (observability.logging)
+    log_json: bool | None = None  # None: $CTXCACHE_LOG_JSON
+    uvicorn_log_level: str = "info"
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+def _configure(config: Path | None, over: Overrides) -> tuple[ServerConfig, dict[str, str]]:
+    """The effective ServerConfig (flag > environment > config file > default) and each key's source."""
+    cfg = load_server_config(config)
+    where = "config file" if config is not None else "default"
+    src = {f"server.{k}": where for k in ("model_id", "max_context", "api_keys")}
+    src["cache.block_size"] = where if "block_size" in cfg.file_cache_keys else "default"
+    src["cache.tiers"] = where if "tiers" in cfg.file_cache_keys else "default (RAM + disk)"
+    flag = over.sources
+    if over.names:
+        cfg.model_id, cfg.model_aliases = over.names[0], [*over.names[1:], *cfg.model_aliases]
+        src["server.model_id"] = flag.get("served_model_name", "flag")
+    if over.max_context is not None:
+        cfg.max_context, src["server.max_context"] = over.max_context, flag.get("max_model_len", "flag")
+    if over.api_keys:
+        cfg.api_keys = {k: DEFAULT_TENANT for k in over.api_keys}
+        src["server.api_keys"] = flag.get("api_key", "flag")
+    if over.block_size is not None:
+        cfg.cache_config["block_size"] = over.block_size
+        src["cache.block_size"] = flag.get("block_size", "flag")
+    cfg.validate()
+    return cfg, src
+
+
+def _print_config(cfg: ServerConfig, cache_cfg: dict[str, Any], src: dict[str, str], over: Overrides) -> None:
+    shown = {k: v for k, v in vars(cfg).items() if k not in ("cache_config", "file_cache_keys")}
+    shown["api_keys"] = [f"<{len(k)}-character key> -> {t}" for k, t in cfg.api_keys.items()]  # no secrets
+    out = {
+        "server": shown,
+        "cache": cache_cfg,
+        "logging": {
+            "log_level": over.log_level or os.environ.get("CTXCACHE_LOG_LEVEL", "INFO"),
+            "log_json": over.log_json,
+            "uvicorn_log_level": over.uvicorn_log_level,
+        },
+        "sources": {**src, **{f"flag.{k}": v for k, v in over.sources.items()}},
+    }
+    print(json.dumps(out, indent=1, default=str))
+
+
 def serve(
     model: Path | None,
     host: str,
     port: int,
     config: Path | None,
+    over: Overrides | None = None,
     *,
-    log_level: str | None = None,
-    log_json: bool | None = None,
+    print_config: bool = False,
 ) -> None:
     """Serve ``model`` (default: Gemma 3 270M, prepared once) with the context cache."""
     from ..observability.logging import configure
 
+    over = over or Overrides()
     try:
-        configure(log_level, log_json)  # before the config: a bad level or table fails fast
-        cfg = load_server_config(config)
+        configure(over.log_level, over.log_json)  # before the config: a bad level or table fails fast
+        cfg, src = _configure(config, over)
     except (CtxCacheError, ValueError) as exc:
         raise _fail(str(exc)) from None
-    _check_port(host, port)
+    if not print_config:
+        _check_port(host, port)
     try:
         from ..integrations.model_store import fingerprint, model_id_for, resolve_model
 
         path = resolve_model(model)  # before the heavy imports: a bad path fails fast
-        import uvicorn
-
-        from ..integrations.transformers import CachedLM
-        from .app import create_app
-
         fp = fingerprint(path)
         cache_cfg = cfg.cache_dict(fp)
-        if config is None:
+        if "tiers" not in cfg.file_cache_keys:  # no tiers configured (no file, or a [server]-only one)
             cache_cfg["tiers"] = embedded_tiers(fp)
-        cache = ContextCache.from_config(cache_cfg)
-        t0 = time.perf_counter()
-        with err.status(f"loading {path} ..."):
-            lm = CachedLM.from_pretrained(path, cache, max_context=cfg.max_context)
+        if print_config:
+            cfg.model_id = cfg.model_id or model_id_for(path)
+            _print_config(cfg, cache_cfg, src, over)
+            return
+        lm, cache = _load(path, cache_cfg, cfg)
     except ImportError as exc:
         raise _fail(
             f"{exc}\n(the server needs: pip install torch==2.13.0 && pip install -e '.[model,server]')"
         ) from None
     except (CtxCacheError, OSError) as exc:
         raise _fail(str(exc)) from None
-    model_id = cfg.model_id or model_id_for(path)
+    _run(lm, cache, cfg, cfg.model_id or model_id_for(path), host, port, over.uvicorn_log_level)
+
+
+def _load(path: Path, cache_cfg: dict[str, Any], cfg: ServerConfig) -> tuple[Any, ContextCache]:
+    from ..integrations.transformers import CachedLM
+
+    tune_allocator()  # before the model and the cache allocate (see server/memory.py)
+    cache = ContextCache.from_config(cache_cfg)
+    with err.status(f"loading {path} ..."):
+        lm = CachedLM.from_pretrained(path, cache, max_context=cfg.max_context)
+    return lm, cache
+
+
+def _run(lm: Any, cache: ContextCache, cfg: ServerConfig, model_id: str, host: str, port: int, uv_log: str) -> None:
+    import uvicorn
+
+    from .app import create_app
+
     app = create_app(lm, cfg, model_id=model_id)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}"
     keys = " -H 'Authorization: Bearer <your key>'" if cfg.api_keys else ""
     tiers = ", ".join(f"{t.name} {t.capacity / 2**30:.1f} GiB" for t in cache.tiers)
     err.print(
-        f"model {model_id} loaded in {time.perf_counter() - t0:.1f} s; block size {cache.block_size}; tiers: {tiers}\n"
+        f"model {model_id} loaded; block size {cache.block_size}; tiers: {tiers}\n"
         f"[bold]ctxcache serving {model_id} at {url}[/bold]  (API docs: {url}/docs, metrics: {url}/metrics)\n"
         f"try:\n  curl -s {url}/v1/chat/completions -H 'Content-Type: application/json'{keys} \\\n"
         f'    -d \'{{"model": "{model_id}", "max_tokens": 32, '
         f'"messages": [{{"role": "user", "content": "Hello!"}}]}}\'',
         highlight=False,
     )
+    # uvicorn catches SIGTERM, shuts down, then re-raises it with the handler that was there before:
+    # Python's default one kills the process before the `finally` below could save the cache.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+        uvicorn.run(app, host=host, port=port, log_level=uv_log.lower(), timeout_graceful_shutdown=5)
     finally:
-        cache.close()  # flushes queued writes of slow tiers, if any are configured
+        err.print(f"saving the cache ({cache.stats()['blocks']} blocks) ...", highlight=False)
+        cache.close()  # RAM blocks go down to the disk tier, so a restart finds them
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)  # a requested stop is a clean exit, after the cache is saved

@@ -10,6 +10,9 @@ cache = true              # false: no lookups, no stores (a baseline)
 auto_cache = true         # cache full blocks of prompts without cache_control breakpoints
 cache_generated = true    # with auto_cache, also cache the reply's full blocks for the next turn
 max_pinned_fraction = 0.5 # cache_control pins may hold at most this share of the first tier
+max_body_bytes = "2MiB"   # larger request bodies get 413 before they are parsed
+keepalive_s = 5.0         # streams quiet this long (a long prefill) get a keep-alive ping
+model_aliases = []        # other names requests may use for the served model
 
 [cache]                   # ContextCache config, see docs/configuration.md
 block_size = 32
@@ -46,7 +49,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..config import load_config
+from ..config import load_config, parse_size
 from ..errors import ConfigError
 from ..observability.service import ObsConfig, obs_config_from
 
@@ -67,13 +70,23 @@ class ServerConfig:
     auto_cache: bool = True
     cache_generated: bool = True
     max_pinned_fraction: float = 0.5
+    max_body_bytes: int | str = 2 << 20
+    keepalive_s: float = 5.0  # a quiet stream gets a ping (SSE comment / Anthropic ping) this often
+    model_aliases: list[str] = field(default_factory=list)  # more names /v1/models lists and requests may use
     api_keys: dict[str, str] = field(default_factory=dict)
     cache_config: dict[str, Any] = field(default_factory=dict)
     observability: ObsConfig = field(default_factory=ObsConfig)
     semantic: dict[str, Any] = field(default_factory=dict)  # validated by server/routes_semantic.py
     admin: dict[str, Any] = field(default_factory=dict)  # {"key": ...}, see server/admin_auth.py
+    file_cache_keys: frozenset[str] = field(default=frozenset(), init=False, repr=False)
 
     def __post_init__(self) -> None:
+        # Which [cache] keys the file set: without "tiers", `serve` uses its RAM + disk default.
+        self.file_cache_keys = frozenset(self.cache_config)
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every value (again after flags and environment variables changed some)."""
         for name in ("max_queue", "max_context", "max_tokens_limit", "default_max_tokens"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -85,8 +98,22 @@ class ServerConfig:
         for name in ("cache", "auto_cache", "cache_generated"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"server.{name} must be true or false, got {getattr(self, name)!r}")
+        if (
+            isinstance(self.keepalive_s, bool)
+            or not isinstance(self.keepalive_s, (int, float))
+            or not 0 < self.keepalive_s <= 300
+        ):
+            raise ConfigError(f"server.keepalive_s must be in (0, 300] seconds, got {self.keepalive_s!r}")
+        if not isinstance(self.model_aliases, list) or not all(isinstance(a, str) and a for a in self.model_aliases):
+            raise ConfigError(f"server.model_aliases must be a list of non-empty strings, got {self.model_aliases!r}")
         if not 0.0 <= self.max_pinned_fraction <= 1.0:
             raise ConfigError(f"server.max_pinned_fraction must be in [0, 1], got {self.max_pinned_fraction!r}")
+        try:
+            self.max_body_bytes = parse_size(self.max_body_bytes)
+        except (ConfigError, TypeError, ValueError) as exc:
+            raise ConfigError(f"server.max_body_bytes: {exc}") from None
+        if self.max_body_bytes < 1024:
+            raise ConfigError(f"server.max_body_bytes must be at least 1KiB, got {self.max_body_bytes}")
         for key, tenant in self.api_keys.items():
             if not isinstance(key, str) or not key or not isinstance(tenant, str) or not tenant:
                 raise ConfigError(f"api_keys must map non-empty key strings to tenant ids, got {key!r} = {tenant!r}")
@@ -115,6 +142,7 @@ _SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {
     "observability",
     "semantic",
     "admin",
+    "file_cache_keys",
 }
 _TABLES = ["admin", "api_keys", "cache", "observability", "semantic", "server"]
 

@@ -12,37 +12,64 @@ from fastapi.responses import JSONResponse
 from ..engine.tenancy import InvalidSaltError
 from .config import DEFAULT_TENANT
 
-_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    503: "overloaded_error",
+# status -> (OpenAI type, OpenAI code, Anthropic type): one table for both APIs' vocabularies.
+# A raise may name a more specific OpenAI code (model_not_found, context_length_exceeded,
+# unsupported_parameter); the Anthropic type depends on the status alone, as in Anthropic's API.
+ERROR_KINDS: dict[int, tuple[str, str, str]] = {
+    400: ("invalid_request_error", "invalid_value", "invalid_request_error"),
+    401: ("invalid_request_error", "invalid_api_key", "authentication_error"),
+    403: ("invalid_request_error", "permission_denied", "permission_error"),
+    404: ("invalid_request_error", "not_found", "not_found_error"),
+    405: ("invalid_request_error", "method_not_allowed", "invalid_request_error"),
+    413: ("invalid_request_error", "request_too_large", "request_too_large"),
+    422: ("invalid_request_error", "invalid_value", "invalid_request_error"),
+    429: ("requests", "rate_limit_exceeded", "rate_limit_error"),
+    500: ("server_error", "internal_error", "api_error"),
+    503: ("server_error", "overloaded", "overloaded_error"),
 }
 
 
 class APIError(Exception):
-    def __init__(self, status: int, message: str, *, param: str | None = None, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
-        self.status, self.message, self.param, self.headers = status, message, param, headers
+        self.status, self.message, self.param, self.code, self.headers = status, message, param, code, headers
+
+
+def is_anthropic(path: str) -> bool:
+    return path.startswith("/v1/messages")
+
+
+def error_body(path: str, status: int, message: str, *, param: str | None = None, code: str | None = None) -> Any:
+    """OpenAI's ``{"error": {...}}`` everywhere, except Anthropic's ``{"type": "error", ...}`` on /v1/messages."""
+    oa_type, oa_code, an_type = ERROR_KINDS.get(status, ERROR_KINDS[400] if status < 500 else ERROR_KINDS[500])
+    if is_anthropic(path):
+        return {"type": "error", "error": {"type": an_type, "message": message}}
+    return {"error": {"message": message, "type": oa_type, "param": param, "code": code or oa_code}}
+
+
+def internal_message(request_id: str | None) -> str:
+    """What a client sees of a server fault: no exception types or messages (they go to the log)."""
+    rid = f" (request id {request_id})" if request_id else ""
+    return f"internal error{rid}; the details are in the server log"
 
 
 def error_response(request: Request, status: int, message: str, **kw: Any) -> JSONResponse:
-    """OpenAI's ``{"error": {...}}`` everywhere, except Anthropic's ``{"type": "error", ...}`` on /v1/messages."""
-    kind = _TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
-    if request.url.path.startswith("/v1/messages"):
-        body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
-    else:
-        body = {"error": {"message": message, "type": kind, "param": kw.get("param"), "code": None}}
+    body = error_body(request.url.path, status, message, param=kw.get("param"), code=kw.get("code"))
     return JSONResponse(body, status_code=status, headers=kw.get("headers"))
 
 
 def describe_validation(exc: RequestValidationError) -> str:
     """One line per problem, naming the field: 'messages.0.role: Input should be ...'."""
+    from .schemas import UNSUPPORTED_FIELDS
+
     parts = []
     for e in exc.errors():
         loc = [str(x) for x in e.get("loc", ()) if x != "body"]
@@ -53,10 +80,32 @@ def describe_validation(exc: RequestValidationError) -> str:
             )
         elif e.get("type") == "missing" and not loc:
             parts.append("the request body is missing: send a JSON object")
+        elif loc and loc[0] in UNSUPPORTED_FIELDS:
+            parts.append(f"{loc[0]}: not supported by this server; leave it out (or send its 'off' value)")
         else:
             where = ".".join(loc) or "body"
             parts.append(f"{where}: {e.get('msg')}")
     return "; ".join(dict.fromkeys(parts)) or "invalid request"
+
+
+def unsupported_field(exc: RequestValidationError) -> str | None:
+    """The first field the request set that this server does not implement (schemas.UNSUPPORTED_FIELDS)."""
+    from .schemas import UNSUPPORTED_FIELDS
+
+    for e in exc.errors():
+        loc = [x for x in e.get("loc", ()) if x != "body"]
+        if len(loc) >= 1 and loc[0] in UNSUPPORTED_FIELDS:
+            return str(loc[0])
+    return None
+
+
+def invalid_field(exc: RequestValidationError) -> str | None:
+    """The top-level request field of the first problem (OpenAI's ``param``), if one is named."""
+    for e in exc.errors():
+        loc = [x for x in e.get("loc", ()) if x != "body"]
+        if loc and e.get("type") != "json_invalid":
+            return str(loc[0])
+    return None
 
 
 def given_key(request: Request) -> str:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +13,7 @@ from ..engine.tenancy import PinnedQuotaError
 from ..observability.service import Observability
 from ..usage import Usage
 from .config import ServerConfig
+from .memory import trimmer
 from .metrics import Metrics
 from .pins import PinManager
 from .worker import Event, Job, JobContext, ModelWorker
@@ -20,6 +23,7 @@ if TYPE_CHECKING:
     from ..integrations.transformers import CachedLM
 
 Messages = list[dict[str, str]]
+LARGE_PROMPT_CHARS = 32_768  # prompts past this many characters are tokenized in the slow lane
 
 
 @dataclass
@@ -40,6 +44,14 @@ class ChatJob:
     breakpoints: list[Breakpoint] = field(default_factory=list)
     clamp_max_tokens: bool = False  # max_tokens was not given: fit the default into the context
     cache_salt: str | None = None  # OpenAI-compatible per-request salt (validated by the route)
+    request_id: str | None = None
+    # Set by tokenize(), on the tokenizer thread: the prompt's ids and its breakpoints' positions.
+    ids: list[int] = field(default_factory=list)
+    marks: list[tuple[int, str]] = field(default_factory=list)
+    tokenize_s: float = 0.0
+    # A raw prompt (/v1/completions): its own encoder and its size in characters, instead of messages.
+    encode: Callable[[], list[int]] | None = None
+    size: int | None = None
 
 
 @dataclass
@@ -73,25 +85,39 @@ class ServerState:
     def __init__(self, lm: CachedLM, cfg: ServerConfig, model_id: str) -> None:
         self.lm, self.cfg, self.model_id = lm, cfg, model_id
         self.created = int(time.time())
+        self.model_names = list(dict.fromkeys([model_id, *cfg.model_aliases]))  # the served name first
         self.max_context = min(cfg.max_context, lm.max_context)
-        self.worker = ModelWorker(cfg.max_queue)
+        self.worker = ModelWorker(cfg.max_queue, after_job=trimmer())
+        # Prompts are tokenized off the model thread, so an over-long one is refused without making
+        # every other tenant wait; large prompts take their own lane, so small ones never queue behind them.
+        self.tokenizer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxcache-tokenize")
+        self.tokenizer_large = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxcache-tokenize-large")
         cache = lm.cache
         self.pins = PinManager(cache, int(cfg.max_pinned_fraction * cache.tiers[0].capacity))
         self.metrics = Metrics(cache.stats, lambda: self.worker.depth)
         self.obs: Observability  # set by create_app
 
+    @property
+    def max_tokens_limit(self) -> int:
+        return min(self.cfg.max_tokens_limit, self.max_context - 1)
+
     def check_max_tokens(self, max_tokens: int, field_name: str) -> None:
         from .deps import APIError
 
-        limit = min(self.cfg.max_tokens_limit, self.max_context - 1)
+        limit = self.max_tokens_limit
         if not 1 <= max_tokens <= limit:
             raise APIError(400, f"{field_name} must be between 1 and {limit}, got {max_tokens}", param=field_name)
 
     def check_model(self, model: str) -> None:
         from .deps import APIError
 
-        if model != self.model_id:
-            raise APIError(404, f"model {model!r} not found; this server serves {self.model_id!r}", param="model")
+        if model not in self.model_names:
+            raise APIError(
+                404,
+                f"model {model!r} not found; this server serves {self.model_id!r}",
+                param="model",
+                code="model_not_found",
+            )
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -116,13 +142,32 @@ def _created_by_ttl(usage: Usage, marks: list[tuple[int, str]]) -> dict[str, int
     return out
 
 
-def _over_context(state: ServerState, n_prompt: int, max_new: int) -> str | None:
-    """The 400 message when prompt + max tokens exceed the model's context, else None."""
-    want = n_prompt + max_new
-    if want <= state.max_context:
-        return None
-    return (f"this model's context limit is {state.max_context} tokens, but the request needs {want} "
-            f"({n_prompt} in the prompt + {max_new} max tokens): shorten the prompt or lower max_tokens")  # fmt: skip
+def tokenize(state: ServerState, job: ChatJob) -> None:
+    """Fill in ``job.ids`` and ``job.marks``; an over-long prompt is a 400 here (runs on the tokenizer thread)."""
+    from .deps import APIError
+
+    lm = state.lm
+    t0 = time.perf_counter()
+    ids = job.encode() if job.encode is not None else lm.encode(job.messages)
+    if not ids:  # a raw prompt whose text has no tokens (a tokenizer without BOS)
+        raise APIError(400, "prompt: the prompt has no tokens", param="prompt")
+    if job.clamp_max_tokens and len(ids) < state.max_context:
+        job.params = replace(job.params, max_new_tokens=min(job.params.max_new_tokens, state.max_context - len(ids)))
+    want = len(ids) + job.params.max_new_tokens
+    if want > state.max_context:
+        raise APIError(
+            400,
+            f"this model's context limit is {state.max_context} tokens, but the request needs {want} "
+            f"({len(ids)} in the prompt + {job.params.max_new_tokens} max tokens): shorten the prompt or "
+            "lower max_tokens",
+            param="messages" if job.encode is None else "prompt",
+            code="context_length_exceeded",
+        )
+    job.marks = sorted(
+        (common_prefix(ids, lm.encode(bp.prefix, add_generation_prompt=False)), bp.ttl) for bp in job.breakpoints
+    )
+    job.ids = ids
+    job.tokenize_s = time.perf_counter() - t0
 
 
 def chat_job(state: ServerState, job: ChatJob) -> Callable[[JobContext], None]:
@@ -136,23 +181,11 @@ def chat_job(state: ServerState, job: ChatJob) -> Callable[[JobContext], None]:
     def _run(ctx: JobContext, group: str) -> None:
         lm, cfg = state.lm, state.cfg
         state.pins.sweep()
-        t0 = time.perf_counter()
-        ids = lm.encode(job.messages)
-        params = job.params
-        if job.clamp_max_tokens and len(ids) < state.max_context:
-            params = replace(params, max_new_tokens=min(params.max_new_tokens, state.max_context - len(ids)))
-        too_long = _over_context(state, len(ids), params.max_new_tokens)
-        if too_long:
-            ctx.emit("error", (400, too_long))
-            return
-        marks = sorted(
-            (common_prefix(ids, lm.encode(bp.prefix, add_generation_prompt=False)), bp.ttl) for bp in job.breakpoints
-        )
+        ids, params, marks = job.ids, job.params, job.marks
         if marks:
             store_upto: int | None = marks[-1][0]  # explicit breakpoints: cache exactly what they mark
         else:
             store_upto = None if cfg.auto_cache else 0
-        tokenize_s = time.perf_counter() - t0
         ctx.emit("prompt", len(ids))
         stream = lm.stream_tokens(
             ids,
@@ -179,7 +212,7 @@ def chat_job(state: ServerState, job: ChatJob) -> Callable[[JobContext], None]:
                 pinned = max(pinned, state.pins.keep(stream.request.prefix(pos), job.tenant, ttl_s[ttl]))
         ttft = stream.first_token_at - job.arrived if stream.first_token_at is not None else None
         created = _created_by_ttl(gen.usage, marks) if cfg.cache else {"5m": 0, "1h": 0}
-        outcome = Outcome(gen, ttft, ctx.queued_s, tokenize_s, created, pinned)
+        outcome = Outcome(gen, ttft, ctx.queued_s, job.tokenize_s, created, pinned)
         state.obs.request_done(job.tenant, group, outcome, job.arrived)
         ctx.emit("done", outcome)
 
@@ -187,13 +220,17 @@ def chat_job(state: ServerState, job: ChatJob) -> Callable[[JobContext], None]:
 
 
 async def start(state: ServerState, job: ChatJob) -> Job:
-    """Queue a chat job and wait until its prompt is tokenized and checked (errors become 4xx)."""
+    """Tokenize and check a chat job off the model thread, queue it, and wait until it starts."""
     from .deps import APIError
     from .worker import QueueFullError
 
+    size = job.size if job.size is not None else sum(len(m["content"]) for m in job.messages)
+    lane = state.tokenizer_large if size > LARGE_PROMPT_CHARS else state.tokenizer
+    await asyncio.get_running_loop().run_in_executor(lane, tokenize, state, job)
     try:
         tenancy = state.lm.cache.tenancy
-        handle = state.worker.submit(chat_job(state, job), tenancy.priority(job.tenant) if tenancy else 2)
+        priority = tenancy.priority(job.tenant) if tenancy else 2
+        handle = state.worker.submit(chat_job(state, job), job.request_id, priority=priority)
     except QueueFullError as exc:
         raise APIError(429, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
     first = await handle.next()

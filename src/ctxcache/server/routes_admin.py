@@ -21,7 +21,13 @@ from ..engine.tenancy import key_digest
 from .deps import APIError, given_key, main_cache
 from .metrics import CONTENT_TYPE
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"])
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "invalid tenant id"},
+    401: {"description": "missing admin key"},
+    403: {"description": "not an admin key, or the admin API is disabled (no admin key configured)"},
+    404: {"description": "unknown tenant"},
+}
+router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=_ERRORS)
 
 
 def require_admin(request: Request) -> None:

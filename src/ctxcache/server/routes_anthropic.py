@@ -11,7 +11,6 @@ input_tokens are the rest of the prompt (prefilled, not cached), as in Anthropic
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -22,15 +21,23 @@ from fastapi.responses import StreamingResponse
 
 from ..integrations import SamplingParams
 from ..usage import Usage
-from .deps import APIError, tenant_for
+from .deps import APIError, error_body, tenant_for
 from .jobs import Breakpoint, ChatJob, Messages, Outcome, ServerState, collect, events, record, start
 from .pins import TTL_SECONDS
 from .schemas import MessageResponse, MessagesRequest, TextBlock
+from .sse import event, with_keepalive
 from .worker import Job
 
 router = APIRouter(tags=["Anthropic"])
 MAX_BREAKPOINTS = 4
 _ERRORS: dict[int | str, dict[str, Any]] = {
+    200: {
+        "content": {
+            "text/event-stream": {
+                "schema": {"description": "message_start, content_block_*, ping, message_delta, message_stop events"}
+            }
+        }
+    },
     400: {"description": "invalid request (the message names the field)"},
     401: {"description": "missing or invalid API key"},
     404: {"description": "unknown model"},
@@ -89,6 +96,7 @@ async def messages(
     """Create a message (``stream: true`` for server-sent events)."""
     state: ServerState = request.app.state.ctx
     arrived = getattr(request.state, "arrived", time.perf_counter())
+    rid = getattr(request.state, "request_id", None)
     state.check_model(body.model)
     state.check_max_tokens(body.max_tokens, "max_tokens")
     stops = tuple(body.stop_sequences or ())
@@ -96,12 +104,12 @@ async def messages(
         raise APIError(400, "stop_sequences: stop sequences must be non-empty strings")
     msgs, marks = to_messages(body)
     params = SamplingParams(body.max_tokens, body.temperature, body.top_p or 1.0, stops, None)
-    handle = await start(state, ChatJob(msgs, params, tenant, arrived, marks))
+    job = ChatJob(msgs, params, tenant, arrived, marks, request_id=rid)
+    handle = await start(state, job)
     mid = f"msg_{uuid.uuid4().hex}"
     if body.stream:
-        return StreamingResponse(
-            _sse(state, handle, mid), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
-        )
+        stream = with_keepalive(_sse(state, handle, mid, len(job.ids)), state.cfg.keepalive_s, comment=False)
+        return StreamingResponse(stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
     text, out = await collect(state, handle)
     return MessageResponse.model_validate(
         {
@@ -116,33 +124,30 @@ async def messages(
     )
 
 
-def _event(name: str, data: dict[str, Any]) -> str:
-    return f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n"
-
-
-async def _sse(state: ServerState, handle: Job, mid: str) -> AsyncIterator[str]:
-    # message_start waits for the prefill, so that its usage already says what the cache served.
+async def _sse(state: ServerState, handle: Job, mid: str, prompt_tokens: int) -> AsyncIterator[str]:
+    # message_start goes out as the job leaves the queue, before the prefill (a long one would look
+    # hung); its usage counts the whole prompt as input. How much of it the cache served is known
+    # after the prefill: message_delta's usage carries the final split (cache_read_input_tokens ...).
+    message: dict[str, Any] = {
+        "id": mid, "type": "message", "role": "assistant", "model": state.model_id, "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": _usage(None, Usage(0, 0, prompt_tokens), 0),
+    }  # fmt: skip
     try:
+        yield event("message_start", {"message": message})
+        yield event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
+        yield event("ping", {})
         async for ev in events(handle):
-            if ev.kind == "usage":
-                message: dict[str, Any] = {
-                    "id": mid, "type": "message", "role": "assistant", "model": state.model_id, "content": [],
-                    "stop_reason": None, "stop_sequence": None, "usage": _usage(None, ev.data, 0),
-                }  # fmt: skip
-                yield _event("message_start", {"message": message})
-                yield _event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
-                yield _event("ping", {})
-            elif ev.kind == "delta":
-                yield _event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": ev.data}})
+            if ev.kind == "delta":
+                yield event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": ev.data}})
             elif ev.kind == "done":
                 out: Outcome = ev.data
                 record(state, out)
-                yield _event("content_block_stop", {"index": 0})
+                yield event("content_block_stop", {"index": 0})
                 delta = {"stop_reason": _stop_reason(out), "stop_sequence": out.generation.stop_sequence}
                 usage = _usage(out, out.usage, out.generation.completion_tokens)
-                yield _event("message_delta", {"delta": delta, "usage": usage, "ctxcache": out.extension()})
-                yield _event("message_stop", {})
+                yield event("message_delta", {"delta": delta, "usage": usage, "ctxcache": out.extension()})
+                yield event("message_stop", {})
             elif ev.kind == "error":
-                yield _event("error", {"error": {"type": "api_error", "message": ev.data[1]}})
+                yield event("error", error_body("/v1/messages", ev.data[0], ev.data[1]))
     finally:
         handle.cancel()

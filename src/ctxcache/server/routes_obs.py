@@ -32,7 +32,7 @@ def is_admin(request: Request, admin_key: str | None) -> bool:
     return hmac.compare_digest(given.encode(), admin_key.encode())
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses={503: {"description": "not ready: the body names the failed check"}})
 async def readyz(request: Request) -> JSONResponse:
     """Readiness: model loaded, worker alive and not stuck, every tier reachable. 503 names what is wrong."""
     state, obs = request.app.state.ctx, _obs(request)
@@ -63,7 +63,7 @@ def _tiers(s: dict[str, Any]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-@router.get("/dashboard/data")
+@router.get("/dashboard/data", responses={403: {"description": "an X-Admin-Key was sent and is wrong"}})
 async def dashboard_data(request: Request) -> dict[str, Any]:
     """Everything the dashboard shows; ``tenants`` only with a valid X-Admin-Key (else 403 if one was sent)."""
     obs = _obs(request)

@@ -17,13 +17,15 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
 from ..integrations import SamplingParams
-from .deps import APIError, check_cache_salt, tenant_for
+from .deps import APIError, check_cache_salt, error_body, tenant_for
 from .jobs import ChatJob, Messages, Outcome, ServerState, collect, events, record, start
 from .schemas import ChatCompletion, ChatCompletionRequest
+from .sse import data_line, with_keepalive
 from .worker import Job
 
 router = APIRouter(tags=["OpenAI"])
 _ERRORS: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {"schema": {"description": "chat.completion.chunk objects, then [DONE]"}}}},
     400: {"description": "invalid request (the message names the field)"},
     401: {"description": "missing or invalid API key"},
     404: {"description": "unknown model"},
@@ -40,17 +42,21 @@ def to_messages(body: ChatCompletionRequest) -> Messages:
 
 
 def _params(state: ServerState, body: ChatCompletionRequest) -> tuple[SamplingParams, bool]:
+    for name in ("max_tokens", "max_completion_tokens"):  # both are checked, the newer one wins
+        if (value := getattr(body, name)) is not None:
+            state.check_max_tokens(value, name)
     given = body.max_completion_tokens or body.max_tokens
-    name = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
-    if given is not None:
-        state.check_max_tokens(given, name)
-    stops = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+    max_tokens = given or state.cfg.default_max_tokens
+    return SamplingParams(max_tokens, body.temperature, body.top_p, check_stops(body.stop), body.seed), given is None
+
+
+def check_stops(stop: str | list[str] | None) -> tuple[str, ...]:
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
     if len(stops) > 4:
         raise APIError(400, f"stop: at most 4 sequences are allowed, got {len(stops)}", param="stop")
     if any(not s for s in stops):
         raise APIError(400, "stop: stop sequences must be non-empty strings", param="stop")
-    max_tokens = given or state.cfg.default_max_tokens
-    return SamplingParams(max_tokens, body.temperature, body.top_p, tuple(stops), body.seed), given is None
+    return tuple(stops)
 
 
 def _usage(out: Outcome) -> dict[str, Any]:
@@ -75,16 +81,17 @@ async def chat_completions(
     """Create a chat completion (``stream: true`` for server-sent events)."""
     state: ServerState = request.app.state.ctx
     arrived = getattr(request.state, "arrived", time.perf_counter())
+    rid = getattr(request.state, "request_id", None)
     state.check_model(body.model)
     params, clamp = _params(state, body)
     salt = check_cache_salt(state, tenant, body.cache_salt)
-    job = ChatJob(to_messages(body), params, tenant, arrived, clamp_max_tokens=clamp, cache_salt=salt)
+    job = ChatJob(to_messages(body), params, tenant, arrived, clamp_max_tokens=clamp, cache_salt=salt, request_id=rid)
     handle = await start(state, job)
     rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(
-            _sse(state, handle, rid, created, include_usage),
+            with_keepalive(_sse(state, handle, rid, created, include_usage), state.cfg.keepalive_s, comment=True),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -127,8 +134,7 @@ async def _sse(state: ServerState, handle: Job, rid: str, created: int, include_
                     last.update(choices=[], usage=_usage(out), ctxcache=out.extension())
                     yield f"data: {json.dumps(last)}\n\n"
             elif ev.kind == "error":
-                err = {"error": {"message": ev.data[1], "type": "api_error", "param": None, "code": None}}
-                yield f"data: {json.dumps(err)}\n\n"
+                yield data_line(error_body("/v1/chat/completions", ev.data[0], ev.data[1]))
         yield "data: [DONE]\n\n"
     finally:
         handle.cancel()  # a client that disconnects stops the decode

@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from .deps import internal_message
+
 log = logging.getLogger("ctxcache.server")
 
 
@@ -62,6 +64,7 @@ class Job:
     cancel_flag: threading.Event = field(default_factory=threading.Event)
     enqueued_at: float = field(default_factory=time.perf_counter)
     started_at: float = 0.0
+    request_id: str | None = None  # names the HTTP request in the log
 
     async def next(self) -> Event:
         return await self.events.get()
@@ -72,8 +75,9 @@ class Job:
 
 
 class ModelWorker:
-    def __init__(self, max_queue: int) -> None:
+    def __init__(self, max_queue: int, after_job: Callable[[], None] | None = None) -> None:
         self.max_queue = max_queue
+        self._after_job = after_job  # runs on the model thread after every job (memory.trimmer)
         self._queue: asyncio.PriorityQueue[tuple[int, int, Job]] | None = None
         self._task: asyncio.Task[None] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxcache-model")
@@ -99,12 +103,12 @@ class ModelWorker:
                 await self._task
         self._executor.shutdown(wait=True, cancel_futures=True)
 
-    def submit(self, fn: Callable[[JobContext], None], priority: int = 2) -> Job:
+    def submit(self, fn: Callable[[JobContext], None], request_id: str | None = None, *, priority: int = 2) -> Job:
         """Queue a job (lower ``priority`` runs first); raises QueueFullError (with a Retry-After
         estimate) when the queue is full."""
         if self._queue is None:
             raise RuntimeError("the model worker is not running (the app's lifespan has not started)")
-        job = Job(fn, asyncio.get_running_loop(), next(self._ids))
+        job = Job(fn, asyncio.get_running_loop(), next(self._ids), request_id=request_id)
         try:
             self._queue.put_nowait((priority, job.id, job))
         except asyncio.QueueFull:
@@ -131,11 +135,14 @@ class ModelWorker:
         job.started_at = time.perf_counter()
         try:
             job.fn(ctx)
-        except Exception as exc:  # a failed request must not take the worker down
-            log.exception("job %d failed", job.id)
-            ctx.emit("error", (500, f"internal error: {type(exc).__name__}: {exc}"))
+        except Exception:  # a failed request must not take the worker down
+            # The client gets no exception text (it may hold internals); the log has all of it.
+            log.exception("job %d (request %s) failed", job.id, job.request_id)
+            ctx.emit("error", (500, internal_message(job.request_id)))
         finally:
             dt = time.perf_counter() - job.started_at
             self._avg_job_s = 0.8 * self._avg_job_s + 0.2 * dt
             self.jobs_done += 1
             ctx.emit("end")
+            if self._after_job is not None:
+                self._after_job()

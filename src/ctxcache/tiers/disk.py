@@ -33,6 +33,26 @@ from .base import key_bytes
 from .blob import BlobTier
 
 
+def _private(root: Path) -> None:
+    """Blocks hold token ids, which decode back to prompt text: only the owner may read them.
+
+    A directory that another user owns or may write to could have blocks planted or swapped in
+    (and read out), so it is refused; one that is merely readable by others is tightened.
+    """
+    st = root.stat()
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        who = (
+            "another user owns it"
+            if st.st_uid != os.getuid()
+            else f"others may write to it (mode {st.st_mode & 0o777:o})"
+        )
+        raise ConfigError(
+            f"disk tier path {str(root)!r} is not private: {who}; use a directory of your own, or `chmod 700 {root}`"
+        )
+    if st.st_mode & 0o077:
+        root.chmod(0o700)
+
+
 class DiskTier(BlobTier):
     kind = "disk"
 
@@ -52,9 +72,11 @@ class DiskTier(BlobTier):
         self.root = Path(path).expanduser()
         self._blocks, self._tmp = self.root / "blocks", self.root / "tmp"
         try:
-            self._blocks.mkdir(parents=True, exist_ok=True)
-            self._tmp.mkdir(exist_ok=True)
-            self._lock_fd = os.open(self.root / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _private(self.root)
+            self._blocks.mkdir(mode=0o700, exist_ok=True)
+            self._tmp.mkdir(mode=0o700, exist_ok=True)
+            self._lock_fd = os.open(self.root / "LOCK", os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise ConfigError(f"disk tier path {str(self.root)!r} is not usable: {exc}") from None
         try:
@@ -114,14 +136,14 @@ class DiskTier(BlobTier):
         final = self._path(kb)
         tmp = self._tmp / f"{kb.hex()}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
-            with tmp.open("wb", buffering=0) as fh:
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb", buffering=0) as fh:
                 fh.write(blob)
                 if self.fsync:
                     os.fsync(fh.fileno())
             try:
                 os.replace(tmp, final)
             except FileNotFoundError:  # first block of its shard
-                final.parent.mkdir(exist_ok=True)
+                final.parent.mkdir(mode=0o700, exist_ok=True)
                 os.replace(tmp, final)
         except BaseException:
             tmp.unlink(missing_ok=True)

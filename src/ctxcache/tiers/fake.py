@@ -18,6 +18,7 @@ from typing import Any
 
 from ..codec import Block
 from ..errors import CorruptBlockError
+from ..payload import check_payload
 from .base import NO_META, BlockMeta, Tier, key_bytes
 from .blob import BlobTier
 from .memory import payload_nbytes
@@ -47,6 +48,7 @@ class FakeTier(Tier):
 
     def put(self, key: Hashable, payload: Any, meta: BlockMeta = NO_META) -> int:
         self._call("put", key)
+        check_payload(payload)
         size = payload_nbytes(payload)
         self.used_bytes += size - self._sizes.get(key, 0)
         self._data[key], self._sizes[key] = payload, size

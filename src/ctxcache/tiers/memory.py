@@ -14,6 +14,7 @@ from typing import Any
 
 from ..codec import Block, Codec
 from ..errors import ConfigError, CorruptBlockError, PayloadError
+from ..payload import check_payload
 from .base import NO_META, BlockMeta, Tier, key_bytes
 
 
@@ -110,6 +111,7 @@ class MemoryTier(Tier):
 
     def put(self, key: Hashable, payload: Any, meta: BlockMeta = NO_META) -> int:
         if self.codec is None:
+            check_payload(payload)  # what this tier takes, every tier takes (it may be spilled later)
             return self._store(key, payload, payload_nbytes(payload))
         blob = self.codec.encode(payload, key_bytes(key), meta.tokens, meta.parent, meta.depth, meta.tenant)
         return self._store(key, blob, len(blob))
