@@ -144,9 +144,8 @@ def _owners(client_nodes, prefix):
     return out
 
 
-@pytest.mark.parametrize("mode", ["single", "cluster"])
-def test_erasure_finds_redis_blocks_another_process_wrote(tmp_path, request, mode):
-    """The erasing cache never loaded these blocks: only a SCAN of the prefix and the headers find them."""
+def _shared_redis(tmp_path, request, mode):
+    """A factory of caches over one Redis prefix (single server or cluster), and the server(s)."""
     from ctxcache.tiers import RedisTier
 
     if mode == "single":
@@ -171,11 +170,30 @@ def test_erasure_finds_redis_blocks_another_process_wrote(tmp_path, request, mod
     clients = [s.client() for s in servers]
     before = _owners(clients, prefix.encode())
     assert before.count(b"a") == 12 and before.count(b"b") == 12
+    return cache, lambda: _owners(clients, prefix.encode())
 
+
+@pytest.mark.parametrize("mode", ["single", "cluster"])
+def test_erasure_finds_redis_blocks_another_process_wrote(tmp_path, request, mode):
+    """The erasing cache never loaded these blocks: only a SCAN of the prefix and the headers find them."""
+    cache, owners = _shared_redis(tmp_path, request, mode)
     fresh = cache()
     out = fresh.erase_tenant("a")
-    after = _owners(clients, prefix.encode())
+    after = owners()
     assert b"a" not in after and after.count(b"b") == 12
     assert out["verified"] and out["erased_blocks"] == 12 and out["found_in_storage"] == 12
     assert ask(fresh, "a", prompt_of(0)) == 0 and ask(fresh, "b", prompt_of(0)) == 4 * BS
+    fresh.close()
+
+
+@pytest.mark.parametrize("mode", ["single", "cluster"])
+def test_clear_finds_redis_blocks_another_process_wrote(tmp_path, request, mode):
+    """A flush is verified only when the shared storage holds no block, whoever wrote it."""
+    cache, owners = _shared_redis(tmp_path, request, mode)
+    fresh = cache()
+    ask(fresh, "a", prompt_of(7))  # and some of its own
+    out = fresh.clear()
+    assert owners() == []
+    assert out["verified"] and out["found_in_storage"] == 24 and out["erased_blocks"] == 28
+    assert ask(fresh, "b", prompt_of(0)) == 0
     fresh.close()

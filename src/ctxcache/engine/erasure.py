@@ -8,7 +8,8 @@ outside the lock, the mover's queue is drained and every persistent tier is aske
 erased key: the erasure is ``verified`` only if none answers. A tenant's erasure then searches
 each persistent tier's storage by block header (``Tier.stored_keys_of``: Redis SCAN plus a range
 read of each header) for blocks this index never held, written by another process or an earlier
-run, deletes them and searches again: verified only when a search finds none.
+run, deletes them and searches again: verified only when a search finds none. A flush does the
+same search for every tenant's blocks.
 """
 
 from __future__ import annotations
@@ -71,10 +72,15 @@ def _verify(e: Engine, keys: list[Hashable]) -> bool:
     return True
 
 
-def _drop_stored(e: Engine, tenant: str, found: dict[int, list[bytes]]) -> tuple[int, int]:
-    """Under the lock: blocks of ``tenant`` found in storage leave the index (if a lookup met them
-    meanwhile) and each tier where they lie, through the mover. Returns (queued, in use)."""
-    nodes = [n for keys in found.values() for k in keys if (n := e.index.get(k)) is not None and n.tag == tenant]
+def _drop_stored(e: Engine, tenant: str | None, found: dict[int, list[bytes]]) -> tuple[int, int]:
+    """Under the lock: blocks of ``tenant`` (None: anyone's) found in storage leave the index (if a
+    lookup met them meanwhile) and each tier where they lie, through the mover. Returns (queued, in use)."""
+    nodes = [
+        n
+        for keys in found.values()
+        for k in keys
+        if (n := e.index.get(k)) is not None and (tenant is None or n.tag == tenant)
+    ]
     _, busy = _erase_nodes(e, nodes)
     skip = {n.key for n in nodes if n.key in e.index}  # in use: marked expired, deleted on release
     queued = 0
@@ -90,16 +96,16 @@ def _drop_stored(e: Engine, tenant: str, found: dict[int, list[bytes]]) -> tuple
     return queued, busy
 
 
-def _erase_stored(e: Engine, tenant: str, rounds: int = 3) -> tuple[int, bool]:
-    """Outside the lock: search each persistent tier's storage for the tenant's blocks by their
-    headers (blocks another process or an earlier run wrote, which this index never held), delete
-    them, and search again until none is left. Returns (blocks deleted, verified)."""
+def _erase_stored(e: Engine, tenant: str | None, rounds: int = 3) -> tuple[int, bool]:
+    """Outside the lock: search each persistent tier's storage for the tenant's blocks (None: every
+    block) by their headers (blocks another process or an earlier run wrote, which this index never
+    held), delete them, and search again until none is left. Returns (blocks deleted, verified)."""
     deleted = 0
     for _ in range(rounds):
         found: dict[int, list[bytes]] = {}
         for t, slot in enumerate(e.slots):
             if slot.persistent:
-                keys = slot.tier.stored_keys_of(tenant.encode())
+                keys = slot.tier.stored_keys_of(None if tenant is None else tenant.encode())
                 if keys is None:  # unreachable: nothing can be claimed about it
                     return deleted, False
                 if keys:
@@ -149,8 +155,12 @@ def flush_all(e: Engine) -> dict[str, Any]:
                 erased.append(key)
         e.counters.erased += len(erased)
     verified = _verify(e, erased) and busy == 0
-    audit.info("flush blocks=%d in_use=%d verified=%s", len(erased), busy, verified)
-    return {"erased_blocks": len(erased), "in_use": busy, "verified": verified}
+    stored, clean = _erase_stored(e, None)  # shared storage: blocks other processes wrote
+    verified = verified and clean
+    audit.info(
+        "flush blocks=%d found_in_storage=%d in_use=%d verified=%s", len(erased) + stored, stored, busy, verified
+    )
+    return {"erased_blocks": len(erased) + stored, "found_in_storage": stored, "in_use": busy, "verified": verified}
 
 
 def sweep(e: Engine, now: float) -> int:

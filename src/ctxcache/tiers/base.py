@@ -167,9 +167,9 @@ class Tier(ABC):
         found at start), else b"" (unknown)."""
         return b""
 
-    def stored_keys_of(self, tenant: bytes) -> list[bytes] | None:
-        """Keys in the tier's storage whose block header names ``tenant``, including blocks this
-        process never loaded (written by another process or an earlier run). Tiers whose storage
+    def stored_keys_of(self, tenant: bytes | None) -> list[bytes] | None:
+        """Keys in the tier's storage whose block header names ``tenant`` (None: any tenant),
+        including blocks this process never loaded (written by another process or an earlier run). Tiers whose storage
         only this process writes, and which read every header at start, return []. None: the
         storage could not be searched (unreachable)."""
         return []

@@ -153,10 +153,11 @@ class RedisTier(BlobTier):
     def _pattern(self) -> bytes:
         return re.sub(rb"([*?\[\]\\])", rb"\\\1", self.prefix) + b"*"
 
-    def stored_keys_of(self, tenant: bytes) -> list[bytes] | None:
+    def stored_keys_of(self, tenant: bytes | None) -> list[bytes] | None:
         """SCAN the prefix (every primary of a cluster) and read each block's header with GETRANGE,
         never its payload: the keys whose verified header names ``tenant``. Values that are not
-        intact blocks are skipped (nothing in them can be attributed). None if Redis is down."""
+        intact blocks are skipped (nothing in them can be attributed). ``tenant=None``: every intact
+        block under the prefix (a flush). None if Redis is down."""
         if not self._healthy:
             return None
         found: list[bytes] = []
@@ -175,7 +176,7 @@ class RedisTier(BlobTier):
             return None
         return found
 
-    def _owned_by(self, names: list[bytes], tenant: bytes) -> list[bytes]:
+    def _owned_by(self, names: list[bytes], tenant: bytes | None) -> list[bytes]:
         heads = self._pipeline(("getrange", (nm, 0, HEAD_GUESS - 1), {}) for nm in names)
         if heads is None:
             raise TierUnavailableError(f"redis tier {self.name!r}: unreachable during a scan")
@@ -201,7 +202,7 @@ class RedisTier(BlobTier):
                 h = read_header(head)
             except CorruptBlockError:
                 continue
-            if h.tenant == tenant and h.key == name[n:]:
+            if (tenant is None or h.tenant == tenant) and h.key == name[n:]:
                 out.append(name[n:])
         return out
 
