@@ -194,6 +194,10 @@ class Engine:
             out["pending_moves"], out["write_buffer_bytes"] = len(mover.queue) + mover.busy, mover.buffered
             out["mover_lag_s"] = mover.lag_s()
             out["corrupt"] = sum(t.corrupt for t in self.tiers)
+            out["evictions_by_reason"] = {
+                "capacity": c.evictions - c.quota_evictions, "quota": c.quota_evictions, "ttl": c.expired,
+                "erasure": c.erased, "corrupt": out["corrupt"],
+            }  # fmt: skip
             out["tiers"] = {s.name: s.stats() for s in self.slots}
         return out
 

@@ -116,7 +116,7 @@ class Placement:
                 key = slot.victim(ok)
                 if key is None:
                     break
-                if not self._leave(t, key):
+                if not self._leave(t, key, quota=only is not None):
                     slot.admit(key)  # no room below and still needed: it stays
                     return False
                 slot.evicted(key)
@@ -131,7 +131,7 @@ class Placement:
         assert self.fairness is not None
         return self.fairness.stages(slot)
 
-    def _leave(self, t: int, key: Hashable) -> bool:
+    def _leave(self, t: int, key: Hashable, quota: bool = False) -> bool:
         node = self.index.get(key)
         if node is not None and node.tier == t:
             if t < self.last and self._demote(t, key, node):
@@ -141,6 +141,7 @@ class Placement:
             self._drop(t, key)
             self.index.remove(key)
             self.c.evictions += 1
+            self.c.quota_evictions += quota
             self.prune(node.parent)
             return True
         if node is None and t < self.last and self._demote(t, key, None):

@@ -40,6 +40,7 @@ class Counters:
     lookup_tokens: int = 0
     stored_blocks: int = 0
     evictions: int = 0
+    quota_evictions: int = 0  # the part of ``evictions`` a tenant at its quota caused (placement)
     demotions: int = 0
     demotions_skipped: int = 0
     promotions: int = 0
