@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ctxcache.engine.expiry import Expiry
+from ctxcache.tiers import DiskTier
 
 from .tenancy_util import BS, ask, cache_with, prompt_of, tier_of
 
@@ -196,4 +197,27 @@ def test_clear_finds_redis_blocks_another_process_wrote(tmp_path, request, mode)
     assert owners() == []
     assert out["verified"] and out["found_in_storage"] == 24 and out["erased_blocks"] == 28
     assert ask(fresh, "b", prompt_of(0)) == 0
+    fresh.close()
+
+
+def test_discovered_blocks_are_charged_to_the_bucket(tmp_path, clock):
+    """Blocks an earlier run left on disk are read by discovery: their bytes count against the
+    tenant's bandwidth like any slow-tier load, so an empty bucket means recompute, not a free read."""
+    disk_dir = tmp_path / "shared"
+
+    def cache(tenants):
+        ram = tier_of("memory", tmp_path, capacity=1 << 20)
+        disk = DiskTier(1 << 20, path=disk_dir, fsync=False)
+        return cache_with([ram, disk], tenants, clock=clock, on_throttle="recompute")
+
+    writer = cache({"a": {}})
+    p, q = prompt_of(1, n_blocks=8), prompt_of(2, n_blocks=8)
+    ask(writer, "a", p)
+    ask(writer, "a", q)
+    writer.close()  # spills both to disk
+    fresh = cache({"a": {"rate": 100, "burst": 100}})
+    assert ask(fresh, "a", p) == len(p)  # a full bucket lets discovery read; its bytes are charged after
+    assert ask(fresh, "a", q) == 0  # in debt: recompute instead of another free read
+    assert fresh.stats()["throttled_recomputes"] == 1
+    assert fresh.stats()["lost"] == 0 and fresh.stats()["discovered"] == 8
     fresh.close()

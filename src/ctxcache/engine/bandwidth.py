@@ -4,6 +4,9 @@ A bucket holds up to ``burst`` bytes and refills at ``rate`` bytes/s. A load ask
 granted at once when the bucket has them, else the caller learns how long to wait and either
 waits (then takes them) or recomputes instead, as the tenancy config says. A load bigger than
 the burst is granted when the bucket is full (and drains it), so no load is refused forever.
+Blocks found by discovery (in shared storage, not yet indexed) have no size until they are read:
+they are charged after the read (``charge``, which may leave the bucket in debt), and discovery
+only starts while the bucket is not empty, so a tenant cannot bypass its limit through it.
 Thread-safe: loads run outside the engine's lock.
 """
 
@@ -40,3 +43,9 @@ class TokenBucket:
                 self._level -= nbytes  # may go below 0 for an oversized load: later ones wait
                 return True
             return False
+
+    def charge(self, nbytes: int) -> None:
+        """Take bytes already read, even into debt: later loads wait until it is paid back."""
+        with self._lock:
+            self._refill()
+            self._level -= nbytes

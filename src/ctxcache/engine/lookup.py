@@ -22,6 +22,7 @@ from ..usage import Usage
 from .placement import LOST
 
 if TYPE_CHECKING:
+    from .bandwidth import TokenBucket
     from .core import Engine
 
 
@@ -77,7 +78,12 @@ def lookup(e: Engine, prompt: Prompt) -> Match:
     read(e, nodes, payloads, reads, limit)
     cut = first_missing(payloads)
     discover = e.placement.persistent and cut < n_full and limit >= len(nodes)
+    bucket = e.buckets.get(prompt.namespace.tenant) if discover else None
+    if bucket is not None:
+        discover = throttle_discovery(e, bucket)
     found = e.placement.discover(prompt, cut) if discover else []
+    if bucket is not None and found:
+        bucket.charge(sum(block.nbytes for _, block in found))
     with e.lock:
         resolve(e, nodes, payloads, src, found, prompt.namespace, limit)
         return finish(e, nodes, payloads, src, prompt, resolved=True)
@@ -105,6 +111,24 @@ def throttle(e: Engine, nodes: list[Node], reads: dict[int, list[int]], tenant: 
     with e.lock:
         c.throttled_recomputes += 1
     return first
+
+
+def throttle_discovery(e: Engine, bucket: TokenBucket) -> bool:
+    """Lock released: may discovery read now? Only while the tenant's bucket is not empty (its
+    reads are charged after, by size); else wait or recompute as for any throttled load."""
+    wait = bucket.wait_for(1)
+    if wait == 0:
+        return True
+    assert e.tenancy is not None  # buckets exist only with tenancy
+    c = e.counters
+    if e.tenancy.on_throttle == "wait" and wait <= e.tenancy.max_wait:
+        e.sleep(wait)
+        with e.lock:
+            c.throttled_waits += 1
+        return True
+    with e.lock:
+        c.throttled_recomputes += 1
+    return False
 
 
 def _count(e: Engine, nodes: list[Node], n_full: int, n_tokens: int, tenant: str) -> int:
