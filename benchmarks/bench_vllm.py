@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -34,6 +35,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 LMCACHE_PY = os.environ.get("LMCACHE_PYTHON")  # a python with lmcache==0.5.6 next to vLLM
+# or: a `pip install --no-deps --target DIR lmcache==0.5.6 aiofile caio` directory, put in front of
+# vLLM's own packages for the LMCache configuration only (a throwaway install, vLLM's venv untouched)
+LMCACHE_SITE = os.environ.get("LMCACHE_SITE")
+_EXC = re.compile(r"^((?:[A-Za-z_][\w.]*\.)?[A-Za-z_]*(?:Error|Exception)): (.+)$")
 
 
 def workload(sessions: int, turns: int, doc: int, user: int, seed: int = 0) -> list[list[list[int]]]:
@@ -53,6 +58,15 @@ def configs(tmp: Path) -> dict[str, dict[str, Any] | None]:
             **both,
             "kv_connector": "OffloadingConnector",
             "kv_connector_extra_config": {"cpu_bytes_to_use": 2 << 30},
+        },  # fmt: skip
+        "vllm-offloading+fs": {  # its CPU tier plus a file-system tier: the one that could survive a restart
+            **both,
+            "kv_connector": "OffloadingConnector",
+            "kv_connector_extra_config": {
+                "spec_name": "TieringOffloadingSpec",
+                "cpu_bytes_to_use": 2 << 30,
+                "secondary_tiers": [{"type": "fs", "root_dir": str(tmp / "vllm-fs")}],
+            },
         },  # fmt: skip
         "vllm-simple-cpu-offload": {
             **both,
@@ -86,11 +100,26 @@ def wait_for_memory(gib: float = 6.0, timeout: float = 900.0) -> None:
         time.sleep(5)
 
 
-def run_engine(tmp: Path, name: str, job: dict[str, Any], python: str = sys.executable) -> dict[str, Any]:
+def root_cause(log: str) -> dict[str, Any]:
+    """The exceptions a failed engine printed (worker/engine-core prefixes stripped), first = deepest."""
+    chain: list[str] = []
+    for line in log.splitlines():
+        m = _EXC.match(re.sub(r"^\([^)]*\)\s*", "", line.strip()))
+        if m and m.group(0) not in chain:
+            chain.append(m.group(0)[:400])
+    if not chain:
+        tail = [ln for ln in log.splitlines() if ln.strip()][-3:]
+        return {"error": " | ".join(tail)[-400:] or "no output"}
+    return {"error": chain[0], "error_chain": chain[:8]}
+
+
+def run_engine(
+    tmp: Path, name: str, job: dict[str, Any], python: str = sys.executable, site: str | None = None
+) -> dict[str, Any]:
     path, out, log = tmp / f"{name}.json", tmp / f"{name}-out.json", tmp / f"{name}.log"
     path.write_text(json.dumps(job))
     env = {**os.environ, "VLLM_CACHE_ROOT": str(tmp / "vllm-cache"), "VLLM_CPU_KVCACHE_SPACE": "1"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([*([site] if site else []), str(ROOT / "src"), env.get("PYTHONPATH", "")])
     env.update({"LMCACHE_CHUNK_SIZE": "256", "LMCACHE_LOCAL_CPU": "True", "LMCACHE_MAX_LOCAL_CPU_SIZE": "2"})
     wait_for_memory()
     with open(log, "w") as f:
@@ -99,8 +128,7 @@ def run_engine(tmp: Path, name: str, job: dict[str, Any], python: str = sys.exec
             stderr=subprocess.STDOUT, timeout=3600,
         ).returncode  # fmt: skip
     if rc != 0:
-        lines = [ln for ln in log.read_text().splitlines() if "Error" in ln or "error" in ln]
-        return {"error": (lines[-1] if lines else f"exit {rc}")[-300:]}
+        return {**root_cause(log.read_text(errors="replace")), "exit_code": rc}
     return dict(json.loads(out.read_text()))
 
 
@@ -116,6 +144,15 @@ def summarize(run: dict[str, Any], replay: dict[str, Any]) -> dict[str, Any]:
         "token_reuse": sum(r["cached"] for r in recs) / sum(r["prompt_tokens"] for r in recs),
         "throughput_rps": len(recs) / run["sessions_wall_s"],
         "startup_s": run["startup_s"],
+        # where the wall time went: prefill up to the first token, the rest of each request
+        # (decode, finishing), and between requests (the driver loop)
+        "ttft_sum_s": sum(ttft),
+        "after_first_token_sum_s": sum(r["wall_s"] - r["ttft_s"] for r in recs),
+        "between_requests_s": run["sessions_wall_s"] - sum(r["wall_s"] for r in recs),
+        "per_request": [
+            [r["session"], r["turn"], r["prompt_tokens"], r["cached"], round(r["ttft_s"], 4), round(r["wall_s"], 4)]
+            for r in recs
+        ],  # fmt: skip
     }
     if "error" in replay:
         out["restart_error"] = replay["error"]
@@ -125,7 +162,8 @@ def summarize(run: dict[str, Any], replay: dict[str, Any]) -> dict[str, Any]:
         out["restart_reuse"] = out["restart_cached_tokens"] / sum(r["prompt_tokens"] for r in reqs)
     conn = (run.get("stats") or {}).get("connector")
     if conn:
-        out["connector"] = {k: conn[k] for k in ("loaded_blocks", "stored_blocks", "load_s", "load_max_s", "save_copy_s", "save_copy_max_s", "store_s", "load_errors", "saves_dropped")}  # fmt: skip
+        keys = ("lookups", "lookup_s", "lookup_max_s", "loaded_blocks", "stored_blocks", "load_s", "load_max_s", "save_copy_s", "save_copy_max_s", "store_s", "load_errors", "saves_dropped")  # fmt: skip
+        out["connector"] = {k: conn[k] for k in keys if k in conn}
     return out
 
 
@@ -189,9 +227,11 @@ def main() -> None:
         task = bar.add_task("vLLM configurations", total=len(todo))
         for name, ktc in todo.items():
             bar.update(task, description=f"{name}")
-            python = LMCACHE_PY if name == "lmcache" else sys.executable
-            if python is None:
-                results[name] = {"error": "not run: LMCACHE_PYTHON unset (lmcache==0.5.6 lives in its own venv)"}
+            lm = name == "lmcache"
+            python = (LMCACHE_PY or sys.executable) if lm else sys.executable
+            site = LMCACHE_SITE if lm else None
+            if lm and not (LMCACHE_PY or LMCACHE_SITE):
+                results[name] = {"error": "not run: set LMCACHE_PYTHON or LMCACHE_SITE (lmcache==0.5.6 lives apart)"}
                 bar.advance(task)
                 continue
             job = {**base, "kv_transfer_config": ktc, "sessions": sessions}
@@ -199,13 +239,13 @@ def main() -> None:
                 job["stats_path"] = str(tmp / f"{name}-stats.json")
                 ktc["kv_connector_extra_config"]["stats_path"] = job["stats_path"]
             t0 = time.perf_counter()
-            run = run_engine(tmp, name, job, python)
+            run = run_engine(tmp, name, job, python, site)
             if "error" in run:
                 results[name] = run
             else:
                 replay_job = {**base, "kv_transfer_config": ktc, "max_tokens": 1,
                               "requests": [{"tokens": p, "max_tokens": 1} for p in run["final_prompts"]]}  # fmt: skip
-                replay = run_engine(tmp, f"{name}-restart", replay_job, python)
+                replay = run_engine(tmp, f"{name}-restart", replay_job, python, site)
                 results[name] = summarize(run, replay)
             results[name]["bench_s"] = time.perf_counter() - t0
             bar.advance(task)
