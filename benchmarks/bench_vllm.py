@@ -12,7 +12,9 @@ well below the sessions' total, so its prefix cache (APC) alone must evict betwe
 turns (on CPU, VLLM_CPU_KVCACHE_SPACE overrides a byte budget, so the space is given in blocks). The hybrid KV manager is off in every configuration (ctxcache's connector and
 vLLM's offloading connectors need it off; with it on, APC alone would keep only the sliding-window
 layers' last 512 tokens and hold more sessions in the same bytes). Prompts are token ids (random
-ids, fixed seed); bf16, eager, greedy.
+ids, fixed seed); bf16, eager, greedy. Every engine reserves one core for vLLM's scheduler
+(VLLM_CPU_NUM_OF_RESERVED_CPU=1, vLLM's own choice without a connector; with any connector it
+would reserve both of this machine's cores, see integrations/vllm/serve.py).
 
 Prints one JSON line; writes benchmarks/results/vllm.json and vllm.png.
 """
