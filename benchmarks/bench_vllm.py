@@ -40,6 +40,8 @@ LMCACHE_PY = os.environ.get("LMCACHE_PYTHON")  # a python with lmcache==0.5.6 ne
 # or: a `pip install --no-deps --target DIR lmcache==0.5.6 aiofile caio` directory, put in front of
 # vLLM's own packages for the LMCache configuration only (a throwaway install, vLLM's venv untouched)
 LMCACHE_SITE = os.environ.get("LMCACHE_SITE")
+# "(Worker pid=1) ERROR 12-01 11:11:57 [file.py:12] " before a traceback line
+_HEADER = re.compile(r"^(?:\([^)]*\)\s*)?(?:(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \S+ \S+ \[[^\]]*\]\s*)?")
 _EXC = re.compile(r"^((?:[A-Za-z_][\w.]*\.)?[A-Za-z_]*(?:Error|Exception)): (.+)$")
 
 
@@ -106,7 +108,7 @@ def root_cause(log: str) -> dict[str, Any]:
     """The exceptions a failed engine printed (worker/engine-core prefixes stripped), first = deepest."""
     chain: list[str] = []
     for line in log.splitlines():
-        m = _EXC.match(re.sub(r"^\([^)]*\)\s*", "", line.strip()))
+        m = _EXC.match(_HEADER.sub("", line.strip()))
         if m and m.group(0) not in chain:
             chain.append(m.group(0)[:400])
     if not chain:
@@ -129,9 +131,14 @@ def run_engine(
             [python, "-m", "ctxcache.integrations.vllm.run", str(path), str(out)], env=env, stdout=f,
             stderr=subprocess.STDOUT, timeout=3600,
         ).returncode  # fmt: skip
+    text = log.read_text(errors="replace")
     if rc != 0:
-        return {**root_cause(log.read_text(errors="replace")), "exit_code": rc}
-    return dict(json.loads(out.read_text()))
+        return {**root_cause(text), "exit_code": rc}
+    result = dict(json.loads(out.read_text()))
+    logged = root_cause(text).get("error_chain")
+    if logged:  # an engine can serve while its connector failed (LMCache falls back to recomputing)
+        result["logged_errors"] = logged
+    return result
 
 
 def summarize(run: dict[str, Any], replay: dict[str, Any]) -> dict[str, Any]:
@@ -156,6 +163,8 @@ def summarize(run: dict[str, Any], replay: dict[str, Any]) -> dict[str, Any]:
             for r in recs
         ],  # fmt: skip
     }
+    if run.get("logged_errors"):
+        out["logged_errors"] = run["logged_errors"]
     if "error" in replay:
         out["restart_error"] = replay["error"]
     else:
