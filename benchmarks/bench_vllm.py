@@ -196,20 +196,28 @@ def plot(results: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     ok = {k: v for k, v in results.items() if "ttft_p50_s" in v}
-    names = list(ok)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    axes[0].bar(names, [ok[n]["ttft_p50_s"] for n in names], label="p50")
-    axes[0].scatter(names, [ok[n]["ttft_p95_s"] for n in names], color="black", marker="_", s=400, label="p95")
-    axes[0].set_ylabel("TTFT (s)")
+    # a configuration that served while its connector had failed is labelled so
+    names = [f"{k}\n(connector failed)" if v.get("logged_errors") else k for k, v in ok.items()]
+    vals = list(ok.values())
+    fig, axes = plt.subplots(1, 4, figsize=(16, 4.4))
+    bars = axes[0].bar(names, [v["ttft_p50_s"] for v in vals], label="p50")
+    axes[0].bar_label(bars, labels=[f"{v.get('ttft_p50_vs_apc', 1):.2f}x" for v in vals], fontsize=8)
+    axes[0].scatter(names, [v["ttft_p95_s"] for v in vals], color="black", marker="_", s=400, label="p95")
+    axes[0].set_ylabel("TTFT (s); label: p50 / APC's")
     axes[0].legend()
-    axes[1].bar(names, [ok[n]["token_reuse"] for n in names])
-    axes[1].set_ylabel("prompt tokens reused (fraction)")
-    axes[2].bar(names, [ok[n].get("restart_reuse", 0.0) for n in names], color="tab:green")
-    axes[2].set_ylabel("reused after an engine restart")
+    panels = [("token_reuse", "prompt tokens reused (fraction)", "tab:blue"),
+              ("throughput_rps", "requests/s (one session at a time)", "tab:orange"),
+              ("restart_reuse", "reused after an engine restart", "tab:green")]  # fmt: skip
+    for ax, (key, label, color) in zip(axes[1:], panels):
+        ax.bar(names, [v.get(key, 0.0) for v in vals], color=color)
+        ax.set_ylabel(label)
     for ax in axes:
-        ax.tick_params(axis="x", rotation=35, labelsize=8)
+        ax.tick_params(axis="x", rotation=35, labelsize=7)
+    failed = [k for k, v in results.items() if "error" in v]
+    if failed:
+        fig.text(0.01, 0.01, "did not start on this CPU: " + ", ".join(failed) + " (errors in vllm.json)", fontsize=8)
     fig.suptitle("vLLM CPU, multi-session chat (see docs/vllm.md for the scale)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(path, dpi=110)
 
 
