@@ -79,7 +79,8 @@ test-vllm: install $(VLLM_STAMP)
 test-vllm-gpu:
 	scripts/gpu_vllm_e2e.sh
 
-# vLLM chat benchmark: APC alone, vLLM's offloading connector, ctxcache RAM and RAM+disk, restarts.
+# vLLM chat benchmark (~21 min): APC alone, vLLM's offloading connectors, ctxcache RAM and RAM+disk,
+# LMCache when LMCACHE_SITE or LMCACHE_PYTHON is set (docs/vllm.md), each restarted once.
 bench-vllm: install $(VLLM_STAMP)
 	CTXCACHE_VLLM_MODEL=$(VLLM_MODEL) $(VLLM_VENV)/bin/python benchmarks/bench_vllm.py
 

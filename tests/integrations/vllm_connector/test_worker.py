@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,8 @@ def test_save_then_load_into_other_blocks(tmp_path: Path) -> None:
         assert torch.equal(a, b)
     assert w.c["loaded_blocks"] == 5
     w.close()
-    assert (tmp_path / "stats.json").exists()
+    final = json.loads((tmp_path / "stats.json").read_text())
+    assert final["closed"] and final["connector"]["loaded_blocks"] == 5 and "lookup_s" in final["connector"]
 
 
 def test_missing_and_misshapen_blocks_are_reported_not_raised(tmp_path: Path) -> None:

@@ -75,15 +75,22 @@ class Stash:
         self.cache, self.ttl, self.clock = cache, ttl, clock
         self._lock = threading.Lock()
         self._items: dict[str, tuple[Match, bytes, float]] = {}
+        # The scheduler waits for every lookup before it schedules the request: its share of TTFT.
+        self.lookups, self.lookup_s, self.lookup_max_s = 0, 0.0, 0.0
 
     def lookup(self, req_id: str, tenant: str, tokens: Tokens) -> int:
         """Look ``tokens`` up, keep the Match for ``req_id`` (replacing an older one); hit tokens."""
+        t0 = time.perf_counter()
         arr = as_token_array(tokens)
         match = self.cache.lookup(arr, tenant)
         key = arr[: match.hit_tokens].tobytes()
+        dt = time.perf_counter() - t0
         with self._lock:
             old = self._items.pop(req_id, None)
             self._items[req_id] = (match, key, self.clock())
+            self.lookups += 1
+            self.lookup_s += dt
+            self.lookup_max_s = max(self.lookup_max_s, dt)
         if old is not None:
             self._release(old[0])
         self.expire()

@@ -78,7 +78,10 @@ def _one(llm: Any, tokens: list[int], salt: str | None, max_tokens: int) -> dict
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(job.get("kv_space_gib", 1)))
+    from .serve import vllm_env
+
+    # every configuration gets vLLM's core reservation without a connector (see serve.CPU_ENV_DEFAULTS)
+    os.environ.update(vllm_env(os.environ, VLLM_CPU_KVCACHE_SPACE=str(job.get("kv_space_gib", 1))))
     os.environ.setdefault("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", "180")  # see _shutdown
     if job.get("stats_path"):  # a file left by an earlier engine must not pass for this one's
         Path(job["stats_path"]).unlink(missing_ok=True)

@@ -157,7 +157,9 @@ class WorkerSide:
 
     # --- introspection and shutdown --------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"connector": dict(self.c), "stashed": len(self.stash), "queued": self._q.qsize()}
+        st = self.stash
+        timing = {"lookups": st.lookups, "lookup_s": st.lookup_s, "lookup_max_s": st.lookup_max_s}
+        out: dict[str, Any] = {"connector": {**self.c, **timing}, "stashed": len(st), "queued": self._q.qsize()}
         out["closed"] = self._closed
         out["cache"] = self.cache.stats()
         return out
