@@ -43,6 +43,8 @@ def test_defaults_and_a_full_config_file(tmp_path):
         ({"server": {"default_max_tokens": 5000}}, "exceeds max_tokens_limit"),
         ({"api_keys": {"k": ""}}, "api_keys"),
         ({"api_keys": {"adm-key-1": "t"}, "admin": {"key": "adm-key-1"}}, "admin key is also an API key of"),
+        ({"admin": {"key": "short"}}, "[admin] key must be a string of at least 8"),
+        ({"admin": {"kee": "adm-key-1"}}, "unknown [admin] keys ['kee']"),
         ({"api_keys": {"adm-key-1": "t"}, "observability": {"admin_key": "adm-key-1"}}, "admin key is also"),
         ({"cache": {"block_size": 0}}, "block_size"),
     ],

@@ -8,6 +8,7 @@ import contextlib
 import httpx
 import pytest
 
+from ctxcache import ContextCache
 from ctxcache.server import ServerConfig, create_app
 from ctxcache.server.testing import LiveServer
 
@@ -21,10 +22,11 @@ B = {"authorization": "Bearer sk-team-b-123"}
 
 
 @contextlib.contextmanager
-def serve(path, lm=None):
+def serve(path, lm=None, admin=None, api_keys=KEYS):
     lm = lm or FakeLM()
     semantic = {"tenants": ["team-a"], "embedder": "hashing", "store": {"kind": "disk", "path": str(path)}}
-    cfg = ServerConfig(api_keys=KEYS, semantic=semantic, admin={"key": "admin-secret-1"})
+    admin = {"key": "admin-secret-1"} if admin is None else admin
+    cfg = ServerConfig(api_keys=api_keys, semantic=semantic, admin=admin)
     with LiveServer(create_app(lm, cfg, model_id="fake-model")) as url, httpx.Client(base_url=url, timeout=30) as c:
         c.lm = lm
         yield c
@@ -123,6 +125,44 @@ def test_admin_lists_and_erases_entries(client):
     assert client.delete("/v1/admin/semantic/tenants/team-a/entries", headers=ADMIN).json()["erased"] == 1
     stats = client.get("/v1/admin/semantic/stats", headers=ADMIN).json()
     assert stats["entries"] == 0 and stats["erased"] == 2
+
+
+# Semantic admin routes next to the server's own: one admin check must answer them all alike.
+ADMIN_ROUTES = [
+    ("GET", "/v1/admin/semantic/stats"),
+    ("GET", "/v1/admin/semantic/entries"),
+    ("DELETE", "/v1/admin/semantic/tenants/team-a/entries"),
+    ("GET", "/v1/admin/metrics"),
+    ("POST", "/v1/admin/cache/flush"),
+]
+
+
+def test_semantic_admin_routes_refuse_like_the_other_admin_routes(client):
+    ask(client, "What is the capital of France?")
+    wrong = {"authorization": "Bearer not-the-admin-key"}
+    for headers, status in (({}, 401), (A, 403), (wrong, 403)):  # no key; a tenant's own key; a wrong key
+        replies = [client.request(method, path, headers=headers) for method, path in ADMIN_ROUTES]
+        assert [r.status_code for r in replies] == [status] * len(ADMIN_ROUTES), [r.text for r in replies]
+        bodies = [r.json() for r in replies]
+        assert all(b == bodies[0] for b in bodies), bodies  # the same error body, word for word
+        assert "admin" in bodies[0]["error"]["message"]
+    assert client.get("/v1/admin/semantic/stats", headers=ADMIN).json()["entries"] == 1  # refusals erased nothing
+    assert client.get("/v1/admin/metrics", headers=ADMIN).status_code == 200  # [admin] key opens every route
+
+
+def test_a_tenancy_admin_key_opens_the_semantic_admin_routes(tmp_path):
+    lm = FakeLM()
+    lm.cache = ContextCache.from_config(
+        {
+            "block_size": lm.block_size,
+            "tiers": [{"kind": "memory", "capacity": 1 << 20}],
+            "tenants": {"team-a": {"api_keys": ["sk-team-a-123"]}},
+            "tenancy": {"admin_keys": ["adm-tenancy-1"]},
+        }
+    )
+    with serve(tmp_path / "sem", lm, admin={}, api_keys={}) as c:
+        assert c.get("/v1/admin/semantic/stats", headers={"authorization": "Bearer adm-tenancy-1"}).status_code == 200
+        assert c.get("/v1/admin/semantic/stats", headers=A).status_code == 403
 
 
 def test_restart_keeps_entries(tmp_path):

@@ -35,7 +35,8 @@ cache = { block_size = 32, tiers = [{ kind = "memory", capacity = "2GiB", policy
 [semantic]                # semantic response cache, opt-in per tenant: see docs/semantic-cache.md
 tenants = ["team-a"]
 
-[admin]                   # admin API key (env CTXCACHE_ADMIN_KEY overrides); none: admin routes off
+[admin]                   # opens every /v1/admin route, as do [cache.tenancy] admin_keys and env
+                          # CTXCACHE_ADMIN_KEY (any of them); none configured: admin routes answer 403
 key = "admin-secret"
 ```
 """
@@ -77,7 +78,7 @@ class ServerConfig:
     cache_config: dict[str, Any] = field(default_factory=dict)
     observability: ObsConfig = field(default_factory=ObsConfig)
     semantic: dict[str, Any] = field(default_factory=dict)  # validated by server/routes_semantic.py
-    admin: dict[str, Any] = field(default_factory=dict)  # {"key": ...}, see server/admin_auth.py
+    admin: dict[str, Any] = field(default_factory=dict)  # {"key": ...}, see server/routes_admin.py
     file_cache_keys: frozenset[str] = field(default=frozenset(), init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -119,6 +120,7 @@ class ServerConfig:
                 raise ConfigError(f"api_keys must map non-empty key strings to tenant ids, got {key!r} = {tenant!r}")
         if len(set(self.api_keys)) != len(self.api_keys):
             raise ConfigError("api_keys has duplicate keys")
+        self._check_admin_table()
         admin = {os.environ.get("CTXCACHE_ADMIN_KEY"), self.admin.get("key"), self.observability.admin_key}
         shared = sorted({self.api_keys[k] for k in admin & set(self.api_keys) if isinstance(k, str)})
         if shared:  # that tenant would open the admin routes and the dashboard's tenant table
@@ -128,6 +130,15 @@ class ServerConfig:
         cc.setdefault("tiers", [dict(t) for t in DEFAULT_TIERS])
         load_config(cc)  # validate now: a bad [cache] table fails at startup, with its own message
         self.cache_config = cc
+
+    def _check_admin_table(self) -> None:
+        # At load time: a bad [admin] table must stop the server, not turn each admin call into a 500.
+        bad = set(self.admin) - {"key"}
+        if bad:
+            raise ConfigError(f"unknown [admin] keys {sorted(bad)}; known: ['key']")
+        key = self.admin.get("key")
+        if key is not None and key != "" and (not isinstance(key, str) or len(key) < 8):
+            raise ConfigError("[admin] key must be a string of at least 8 characters")
 
     def cache_dict(self, model_fingerprint: str) -> dict[str, Any]:
         """The ContextCache config, with the model fingerprint in every namespace unless set."""

@@ -1,8 +1,9 @@
 """Admin routes: erase a tenant's cache, flush everything, read a tenant's usage and per-tenant metrics.
 
-Only the admin key opens them (``[cache.tenancy] admin_keys``, or the ``CTXCACHE_ADMIN_KEY``
-environment variable): no tenant key can read, count or erase anything here, its own data
-included. Erasure and flush run off the event loop (they wait for disk and Redis deletes) and
+Only an admin key opens them: ``[admin] key`` in the server config, ``[cache.tenancy]
+admin_keys`` or the ``CTXCACHE_ADMIN_KEY`` environment variable. ``require_admin`` is the one check
+for every route under /v1/admin (the semantic cache's included): no tenant key can read, count or
+erase anything there, its own data included. Erasure and flush run off the event loop (they wait for disk and Redis deletes) and
 each writes one line to the ``ctxcache.audit`` log.
 """
 
@@ -32,10 +33,12 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=_ERRORS)
 
 def require_admin(request: Request) -> None:
     tenancy = main_cache(request).tenancy
-    env = os.environ.get("CTXCACHE_ADMIN_KEY")
-    digests = set(tenancy.admin_digests if tenancy is not None else ()) | ({key_digest(env)} if env else set())
+    keys = {os.environ.get("CTXCACHE_ADMIN_KEY"), request.app.state.ctx.cfg.admin.get("key")}
+    digests = set(tenancy.admin_digests if tenancy is not None else ()) | {key_digest(k) for k in keys if k}
     if not digests:
-        raise APIError(403, "the admin API is disabled: configure [cache.tenancy] admin_keys or CTXCACHE_ADMIN_KEY")
+        raise APIError(
+            403, "the admin API is disabled: configure [admin] key, [cache.tenancy] admin_keys or CTXCACHE_ADMIN_KEY"
+        )
     given = given_key(request)
     if not given:
         raise APIError(401, "missing admin key: send 'Authorization: Bearer <admin key>'")

@@ -11,7 +11,7 @@ embedder = "minilm"         # "minilm" (all-MiniLM-L6-v2, offline) or "hashing" 
 store = { kind = "disk", path = "~/.cache/ctxcache/semantic" }   # or { kind = "redis", url = "..." }
 ```
 
-Admin routes (admin key, see admin_auth.py), under /v1/admin/semantic: GET stats, GET entries
+Admin routes (admin key, see routes_admin.require_admin), under /v1/admin/semantic: GET stats, GET entries
 (?tenant=&limit=&offset=), GET/DELETE entries/{id}, DELETE tenants/{tenant}/entries,
 POST entries/{id}/feedback ({"similarity": s, "correct": bool}: vCache-style learning).
 """
@@ -27,8 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..config import parse_duration, parse_size
 from ..errors import ConfigError, SemanticInputError
 from ..semantic import DEFAULT_THRESHOLD, EntryStore, HashingEmbedder, SemanticCache
-from .admin_auth import require_admin
 from .deps import APIError
+from .routes_admin import require_admin
 from .semantic_hook import SemanticMiddleware, Settings
 
 if TYPE_CHECKING:
