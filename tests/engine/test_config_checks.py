@@ -38,3 +38,12 @@ def test_a_master_key_in_base64_must_be_well_formed():
     assert load_master_key(None, good) == bytes(range(32))
     with pytest.raises(ConfigError, match="must be hex or base64"):
         load_master_key(None, good[:20] + "!" + good[20:])  # not silently dropped
+
+
+def test_quota_and_api_keys_cannot_come_from_the_environment():
+    # Env overrides are for scalar fields; a quota table or key list in one variable is refused.
+    for field in ("QUOTA", "API_KEYS"):
+        with pytest.raises(
+            ConfigError, match=r"CTXCACHE_TENANT_A_.*: tenants can be overridden in \['burst', 'priority'"
+        ):
+            load_tenancy({"a": {}}, env={f"CTXCACHE_TENANT_A_{field}": "x"})
