@@ -78,6 +78,21 @@ MUTANTS = [
         "return idx.is_evictable(key) if last else True",
         (PINS,),
     ),
+    # Not in the issue: the Redis twin of the disk key check, found by `make mutate` (docs/testing.md).
+    Mutant(
+        "redis-load_many-decode-without-key",
+        "src/ctxcache/tiers/redis.py",
+        "block = self._codec.decode(blob, kb)",
+        "block = self._codec.decode(blob)",
+        ("tests/tiers/test_redis_misfiled.py",),
+    ),
+    Mutant(
+        "redis-get_blob-decode-without-key",
+        "src/ctxcache/tiers/redis.py",
+        "self._codec.decode(got[0], kb)",
+        "self._codec.decode(got[0])",
+        ("tests/tiers/test_redis_misfiled.py",),
+    ),
     # Not in the issue: the bug its strict xfail recorded (a Match pinned only its deepest block,
     # so the ancestors of a held prefix could be demoted), fixed in engine/lookup.py.
     Mutant(
