@@ -236,7 +236,8 @@ def score(c: dict[str, int]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("groups", nargs="*", default=list(GROUPS), choices=[*GROUPS, []])
+    # [] in choices: argparse checks an empty positional list against them (default: every group)
+    ap.add_argument("groups", nargs="*", metavar="GROUP", default=[], choices=[*GROUPS, []])
     ap.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--only", nargs="*", default=[], help="narrow to source files matching these patterns")
     ap.add_argument("--sample", type=int, default=0, help="run this many mutants per group (0: all)")
@@ -245,7 +246,7 @@ def main() -> int:
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     report_path = OUT / "results.json"
-    for group in args.groups:
+    for group in args.groups or list(GROUPS):
         if args.report and not (OUT / group / "mutants").exists():
             continue
         result = (
