@@ -42,11 +42,11 @@ def baseline_tree(commit: str) -> Path:
     return dest / "src"
 
 
-def run_tree(tree: str, n: int, commit: str) -> dict[str, Any]:
+def run_tree(tree: str, n: int, commit: str, max_seconds: float) -> dict[str, Any]:
     src = baseline_tree(commit) if tree == "base" else ROOT / "src"
     env = dict(os.environ, PYTHONPATH=str(src))
     worker = ROOT / "benchmarks" / "index_growth_worker.py"
-    cmd = [sys.executable, str(worker), "--max-blocks", str(n), "--label", tree]
+    cmd = [sys.executable, str(worker), "--max-blocks", str(n), "--label", tree, "--max-seconds", str(max_seconds)]
     out = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
     part: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     part["tree"] = tree if tree == "new" else f"baseline {commit}"
@@ -159,11 +159,12 @@ def main() -> None:
     ap.add_argument("--tree", choices=("base", "new", "both"), default="both")
     ap.add_argument("--combine", action="store_true", help="only combine saved parts into the results")
     ap.add_argument("--baseline", default=BASELINE_COMMIT, help="commit of today's code")
+    ap.add_argument("--max-seconds", type=float, default=float("inf"), help="per tree: stop growing after this")
     ap.add_argument("--out", type=Path, default=RESULTS / "index_growth.json")
     args = ap.parse_args()
     if not args.combine:
         for tree in ("base", "new") if args.tree == "both" else (args.tree,):
-            run_tree(tree, args.max_blocks, args.baseline)
+            run_tree(tree, args.max_blocks, args.baseline, args.max_seconds)
     result = combine(args.baseline, args.out)
     summary = {k: result[k] for k in ("bench", "baseline_commit", "goals") if k in result}
     summary["blocks"] = {t: p["blocks"] for t, p in result["trees"].items()}
