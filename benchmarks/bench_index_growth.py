@@ -123,7 +123,7 @@ def plot(base: dict[str, Any] | None, new: dict[str, Any] | None, path: Path) ->
         pts = sorted((int(k), v) for k, v in t["rss_bytes_per_block"].items())
         ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", label=t["tree"])
     ax.axhline(200, color="grey", lw=0.8, label="goal 200 B")
-    ax.set(xscale="log", xlabel="blocks", ylabel="RSS bytes / block", title="memory per block")
+    ax.set(xscale="log", yscale="log", xlabel="blocks", ylabel="RSS bytes / block", title="memory per block")
     ax.legend(fontsize=7)
     ax = axes[2, 1]
     for i, (t, _) in enumerate(trees):
