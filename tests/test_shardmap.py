@@ -92,6 +92,10 @@ def test_cache_store_path_adds_no_gc_tracked_objects_per_block():
     gc.collect()
     assert len(cache._engine.index) == 6000
     assert len(gc.get_objects()) - before < 50
+    # Nor a big tracked container: each full collection would read every entry (0.5 s at 7 M).
+    e = cache._engine
+    maps = e.index.shards + e.slots[0].policy._shards + e.slots[0].owners.shards + e.tiers[0]._data.shards
+    assert not any(gc.is_tracked(m) for m in maps)
 
 
 def test_removed_nodes_are_released_and_maps_emptied():

@@ -16,7 +16,7 @@ else goes through the mapping methods.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, TypeVar, overload
 
 NSHARDS = 256
@@ -33,6 +33,28 @@ V = TypeVar("V")
 D = TypeVar("D")
 
 _MISSING: Any = object()
+
+
+def _gc_untracker() -> Callable[[object], None]:
+    """``PyObject_GC_UnTrack`` where CPython exposes it, else a no-op.
+
+    For objects that cannot be part of a reference cycle (index nodes, and the per-block maps,
+    which refer only to such objects, bytes and ints): untracked, the cyclic GC never reads them.
+    Safe either way: the collector treats references from an untracked container as external, so
+    it never frees what they hold; the risk is only a cycle through them never being collected.
+    """
+    try:
+        import ctypes
+
+        fn = ctypes.pythonapi.PyObject_GC_UnTrack
+    except (ImportError, AttributeError):  # not CPython: no cyclic GC cost to avoid
+        return lambda obj: None
+    fn.argtypes = [ctypes.py_object]
+    fn.restype = None
+    return fn  # type: ignore[no-any-return]
+
+
+untrack = _gc_untracker()
 
 
 class ShardedDict(MutableMapping[K, V]):

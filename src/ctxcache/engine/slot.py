@@ -21,7 +21,7 @@ from typing import Any
 
 from ..codec import Codec
 from ..policies import Policy
-from ..shardmap import PRIME, ShardedDict
+from ..shardmap import PRIME, ShardedDict, untrack
 from ..tiers import Tier
 
 ORPHAN = ""  # the owner of blocks whose tenant is unknown (left by an earlier run)
@@ -135,8 +135,10 @@ class Slot:
         n = self.tier.nbytes(key) if size is None else size
         pair = (tenant, n)
         # Blocks share one tuple per distinct charge (a model's blocks are one size), not one each.
+        # Untracked (a str and an int), so storing it leaves the owners' dict untracked too.
         if len(self._pairs) < MAX_PAIRS:
             pair = self._pairs.setdefault(pair, pair)
+        untrack(pair)
         owners[key] = pair
         self.by_tenant[tenant] = self.by_tenant.get(tenant, 0) + n
 

@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from ..shardmap import NSHARDS, PRIME
+from ..shardmap import NSHARDS, PRIME, untrack
 from ..units import Clock
 
 Key = Hashable
@@ -187,6 +187,8 @@ class OrderedPolicy(Policy):
         from collections import OrderedDict
 
         self._shards: list[OrderedDict[Key, int]] = [OrderedDict() for _ in range(NSHARDS)]
+        for od in self._shards:  # keys and int stamps only: nothing for the cyclic GC to read
+            untrack(od)  # (tracked, each full collection would read every key: O(blocks))
         self._heap: list[tuple[int, int]] = []  # at most one entry per shard
         self._queued = [False] * NSHARDS  # the shard has its heap entry
         self._tick = itertools.count()
