@@ -102,7 +102,10 @@ def test_no_false_negatives_and_keys_oldest_first(tier):
     for i, k in enumerate(KEYS[:4]):
         tier.put(k, payload(i), meta(i))
     assert tier.might_contain_many(KEYS[:4]) == [True] * 4
-    assert list(tier.keys()) == KEYS[:4]
+    if tier.ordered_keys:
+        assert list(tier.keys()) == KEYS[:4]
+    else:  # sharded RAM maps keep no global order (and no policy learns a RAM tier at start)
+        assert sorted(tier.keys()) == KEYS[:4] and not tier.persistent
 
 
 def test_size_of_bounds_what_a_put_charges(tier):

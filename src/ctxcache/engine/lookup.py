@@ -65,7 +65,7 @@ class Match:
 def lookup(e: Engine, prompt: Prompt) -> Match:
     n_full = prompt.n_blocks
     with e.lock:
-        nodes = e.hasher.walk(prompt, e.index.getter)
+        nodes = e.hasher.walk(prompt, shards=e.index.shards)
         if len(e.expiry):
             e.expiry.cut(nodes, e.clock())  # an expired block is a miss
         if e.simple:

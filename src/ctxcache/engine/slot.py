@@ -21,9 +21,11 @@ from typing import Any
 
 from ..codec import Codec
 from ..policies import Policy
+from ..shardmap import PRIME, ShardedDict, untrack
 from ..tiers import Tier
 
 ORPHAN = ""  # the owner of blocks whose tenant is unknown (left by an earlier run)
+MAX_PAIRS = 4096  # distinct (tenant, bytes) charges shared between blocks (see Slot.charge)
 
 
 @dataclass(slots=True)
@@ -64,7 +66,7 @@ class Slot:
 
     __slots__ = (
         "pos", "tier", "policy", "name", "capacity", "high", "low", "slow", "persistent", "kind",
-        "hits", "evictions", "inflow", "outflow", "owners", "by_tenant", "quotas", "owner_of",
+        "hits", "evictions", "inflow", "outflow", "owners", "by_tenant", "quotas", "owner_of", "_pairs",
     )  # fmt: skip
 
     def __init__(self, pos: int, tier: Tier, policy: Policy) -> None:
@@ -78,7 +80,9 @@ class Slot:
         self.evictions = 0
         self.inflow = 0  # bytes of writes queued into this tier
         self.outflow = 0  # bytes of blocks queued to leave it
-        self.owners: dict[Hashable, tuple[str, int]] = {}  # resident key -> (tenant, bytes charged)
+        # resident key -> (tenant, bytes charged); sharded: no insert rebuilds a table of every block
+        self.owners: ShardedDict[Hashable, tuple[str, int]] = ShardedDict()
+        self._pairs: dict[tuple[str, int], tuple[str, int]] = {}
         self.by_tenant: dict[str, int] = {}  # tenant -> bytes it holds here
         self.quotas: dict[str, int] = {}  # tenant -> byte limit here (tenancy sets it; absent: none)
         self.owner_of: Callable[[Hashable], str] = lambda key: ORPHAN  # the engine sets it
@@ -110,7 +114,7 @@ class Slot:
         """``key`` is resident: tell the policy, charge its owner (``size`` None: what the tier
         holds for it; a key still charged, re-admitted after a refused eviction, keeps its charge)."""
         self.policy.on_insert(key)
-        if key not in self.owners:
+        if key not in self.owners.shards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME]:
             self.charge(key, self.owner_of(key) if tenant is None else tenant, size)
 
     def admit_chain(
@@ -126,10 +130,17 @@ class Slot:
     def charge(self, key: Hashable, tenant: str, size: int | None) -> None:
         """Charge ``key``'s bytes to ``tenant`` before the policy learns of it (a store places a
         chain first and admits it deepest first after; the quota must see every block at once)."""
-        if key in self.owners:
+        owners = self.owners.shards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME]
+        if key in owners:
             return
         n = self.tier.nbytes(key) if size is None else size
-        self.owners[key] = (tenant, n)
+        pair = (tenant, n)
+        # Blocks share one tuple per distinct charge (a model's blocks are one size), not one each.
+        # Untracked (a str and an int), so storing it leaves the owners' dict untracked too.
+        if len(self._pairs) < MAX_PAIRS:
+            pair = self._pairs.setdefault(pair, pair)
+        untrack(pair)
+        owners[key] = pair
         self.by_tenant[tenant] = self.by_tenant.get(tenant, 0) + n
 
     def _uncharge(self, key: Hashable) -> None:

@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from ..shardmap import NSHARDS, PRIME, untrack
 from ..units import Clock
 
 Key = Hashable
@@ -171,43 +172,98 @@ class ScoredPolicy(Policy):
 
 
 class OrderedPolicy(Policy):
-    """A policy over one ordered dict, victim at the front (LRU, FIFO)."""
+    """A policy over one global order of keys, victim at the front (LRU, FIFO).
+
+    The order is split into ``NSHARDS`` OrderedDicts by key hash (one OrderedDict of every block
+    rebuilds its table, O(n), at each doubling). Each key carries a stamp (``_tick``), increasing
+    with every insert or move to the back, so each shard is in stamp order and the global front
+    is the shard front with the lowest stamp, found with a heap of ``(front stamp, shard)``.
+    A heap entry may be stale (its shard's front was hit or removed since): stamps only grow, so
+    a stale entry is older than its shard's real front and is corrected when it surfaces.
+    """
 
     def __init__(self, clock: Clock = time.monotonic) -> None:
         super().__init__(clock)
         from collections import OrderedDict
 
-        self._order: OrderedDict[Key, None] = OrderedDict()
+        self._shards: list[OrderedDict[Key, int]] = [OrderedDict() for _ in range(NSHARDS)]
+        for od in self._shards:  # keys and int stamps only: nothing for the cyclic GC to read
+            untrack(od)  # (tracked, each full collection would read every key: O(blocks))
+        self._heap: list[tuple[int, int]] = []  # at most one entry per shard
+        self._queued = [False] * NSHARDS  # the shard has its heap entry
+        self._tick = itertools.count()
+        self._n = 0
 
     def on_insert(self, key: Key) -> None:
-        self._order[key] = None
+        s = key[-1] if key.__class__ is bytes and key else hash(key) % PRIME
+        od = self._shards[s]
+        if key in od:
+            return  # already resident: it keeps its place
+        stamp = next(self._tick)
+        od[key] = stamp
+        self._n += 1
+        if not self._queued[s]:
+            self._queued[s] = True
+            heapq.heappush(self._heap, (stamp, s))
+
+    def _to_back(self, key: Key) -> None:
+        """``key`` (resident) moves to the back of the order. KeyError if it is not resident."""
+        od = self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME]
+        od.move_to_end(key)
+        od[key] = next(self._tick)
 
     def on_remove(self, key: Key) -> None:
-        self._order.pop(key, None)
+        if self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME].pop(key, None) is not None:
+            self._n -= 1
 
     def __len__(self) -> int:
-        return len(self._order)
+        return self._n
 
     def __contains__(self, key: object) -> bool:
-        return key in self._order
+        return key in self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME]
 
     def peek(self, can_evict: CanEvict = None) -> Key | None:
         """The next victim without reordering (a scan past refused keys: not for hot paths)."""
-        for key in self._order:
+        merged = heapq.merge(*(od.items() for od in self._shards), key=lambda kv: kv[1])
+        for key, _ in merged:
             if can_evict is None or can_evict(key):
                 return key
         return None
 
+    def _front(self) -> tuple[Key, int] | None:
+        """The globally oldest key and its shard, with the heap's top entry made exact."""
+        heap, shards = self._heap, self._shards
+        while heap:
+            stamp, s = heap[0]
+            od = shards[s]
+            if not od:
+                heapq.heappop(heap)
+                self._queued[s] = False
+                continue
+            key, front = next(iter(od.items()))
+            if front == stamp:
+                return key, s
+            heapq.heapreplace(heap, (front, s))
+        return None
+
     def evict(self, can_evict: CanEvict = None) -> Key | None:
-        order = self._order
-        if can_evict is None:
-            return order.popitem(last=False)[0] if order else None
         # A refused key is in use (a parent with children, or pinned): it goes to the back,
         # like a second chance, so long-lived ancestors are skipped once per cycle, not per call.
-        for _ in range(len(order)):
-            key = next(iter(order))
-            if can_evict(key):
-                del order[key]
+        for _ in range(self._n):
+            got = self._front()
+            if got is None:
+                return None
+            key, s = got
+            od = self._shards[s]
+            if can_evict is None or can_evict(key):
+                del od[key]
+                self._n -= 1
+                if od:
+                    heapq.heapreplace(self._heap, (next(iter(od.values())), s))
+                else:
+                    heapq.heappop(self._heap)
+                    self._queued[s] = False
                 return key
-            order.move_to_end(key)
+            self._to_back(key)
+            heapq.heapreplace(self._heap, (next(iter(od.values())), s))
         return None

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
 
+from ..shardmap import PRIME
 from .base import Key, OrderedPolicy
 from .registry import register
 
@@ -14,7 +14,11 @@ class LRU(OrderedPolicy):
     name = "lru"
 
     def on_hit(self, key: Key) -> None:
-        self._order.move_to_end(key)
+        self._to_back(key)
 
     def on_hits(self, keys: Iterable[Key]) -> None:
-        deque(map(self._order.move_to_end, keys), maxlen=0)  # the loop runs in C
+        shards, tick = self._shards, self._tick
+        for key in keys:
+            od = shards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME]
+            od.move_to_end(key)
+            od[key] = next(tick)

@@ -60,6 +60,7 @@ class Tier(ABC):
     kind: ClassVar[str] = ""
     slow: ClassVar[bool] = False
     persistent: ClassVar[bool] = False
+    ordered_keys: ClassVar[bool] = True  # ``keys()`` lists oldest first (see ``keys``)
 
     def __init__(
         self,
@@ -107,7 +108,8 @@ class Tier(ABC):
 
     @abstractmethod
     def keys(self) -> Iterator[Hashable]:
-        """Keys held, oldest first where the tier knows ages (the order a policy learns them in)."""
+        """Keys held, oldest first where the tier knows ages (``ordered_keys``: the order a policy
+        learns them in at start, which matters for persistent tiers); else in no set order."""
 
     @abstractmethod
     def size_of(self, payload: Any) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 from ..codec import Block, Codec
 from ..errors import ConfigError, CorruptBlockError, PayloadError
 from ..payload import check_payload
+from ..shardmap import PRIME, ShardedDict
 from .base import NO_META, BlockMeta, Tier, key_bytes
 
 
@@ -48,6 +49,9 @@ def payload_nbytes(obj: Any) -> int:
 
 class MemoryTier(Tier):
     kind = "memory"
+    # Its maps are sharded by key hash, so it keeps no global insertion order; it is never
+    # persistent, so no policy learns its keys at start (only shutdown's spill lists them).
+    ordered_keys = False
 
     def __init__(
         self,
@@ -67,8 +71,13 @@ class MemoryTier(Tier):
             raise ConfigError("codec and compression apply to mode 'warm' only (hot keeps live objects)")
         self.mode = mode
         self.codec = Codec(codec, compression, compression_level) if mode == "warm" else None
-        self._data: dict[Hashable, Any] = {}
-        self._sizes: dict[Hashable, int] = {}
+        # Sharded (no insert rebuilds a table of every block). Sizes are stored only where they
+        # differ from the first one stored: a model's KV blocks are all the same size, so the
+        # usual case is one entry per block (the payload), not two.
+        self._data: ShardedDict[Hashable, Any] = ShardedDict()
+        self._dshards = self._data.shards
+        self._sizes: ShardedDict[Hashable, int] = ShardedDict()
+        self._common: int | None = None
 
     def size_of(self, payload: Any) -> int:
         if self.codec is None:
@@ -76,7 +85,10 @@ class MemoryTier(Tier):
         return self.codec.encoded_size(payload, 16, self.token_bytes)
 
     def nbytes(self, key: Hashable) -> int:
-        return self._sizes.get(key, 0)
+        size = self._sizes.get(key)
+        if size is not None:
+            return size
+        return self._common if self._common is not None and key in self._data else 0
 
     def _decode(self, key: Hashable, blob: bytes) -> Block | None:
         assert self.codec is not None
@@ -88,15 +100,16 @@ class MemoryTier(Tier):
             return None
 
     def get(self, key: Hashable) -> Any | None:
+        blob = self._dshards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME].get(key)
         if self.codec is None:
-            return self._data.get(key)
-        blob = self._data.get(key)
+            return blob
         block = None if blob is None else self._decode(key, blob)
         return None if block is None else block.payload
 
     def get_many(self, keys: Iterable[Hashable]) -> list[Any | None]:
         if self.codec is None:
-            return list(map(self._data.get, keys))
+            shards = self._dshards
+            return [shards[k[-1] if k.__class__ is bytes and k else hash(k) % PRIME].get(k) for k in keys]
         return [self.get(k) for k in keys]
 
     def load_many(self, keys: Sequence[Hashable], tokens: Sequence[bytes | None]) -> list[Block | None]:
@@ -125,20 +138,30 @@ class MemoryTier(Tier):
         return self._store(key, bytes(blob), len(blob))
 
     def _store(self, key: Hashable, value: Any, size: int) -> int:
-        self.used_bytes += size - self._sizes.get(key, 0)
-        self._data[key] = value
-        self._sizes[key] = size
+        if self._common is None:
+            self._common = size
+        h = key[-1] if key.__class__ is bytes and key else hash(key) % PRIME
+        data, sizes = self._dshards[h], self._sizes.shards[h]
+        old = sizes.pop(key, None)
+        if old is None:
+            old = self._common if key in data else 0
+        self.used_bytes += size - old
+        data[key] = value
+        if size != self._common:
+            sizes[key] = size
         return size
 
     def delete(self, key: Hashable) -> bool:
-        if key not in self._data:
+        h = key[-1] if key.__class__ is bytes and key else hash(key) % PRIME
+        data = self._dshards[h]
+        if key not in data:
             return False
-        del self._data[key]
-        self.used_bytes -= self._sizes.pop(key)
+        del data[key]
+        self.used_bytes -= self._sizes.shards[h].pop(key, self._common or 0)
         return True
 
     def __contains__(self, key: object) -> bool:
-        return key in self._data
+        return key in self._dshards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME]
 
     def __len__(self) -> int:
         return len(self._data)

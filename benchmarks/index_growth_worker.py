@@ -1,0 +1,294 @@
+"""One tree's run for bench_index_growth.py: grow a memory-tier cache block by block, timing each op.
+
+Run by the orchestrator in a fresh process with PYTHONPATH pointing at the tree under test (today's
+code or the new one), so both import ``ctxcache`` the same way. Prints one JSON object on stdout;
+a progress bar goes to stderr.
+
+Workload (the issue's): 16-token blocks, tiny payloads, one store per new prompt (a random earlier
+prompt plus one new block, so each store adds exactly one block), then a lookup of a random earlier
+prompt. Prompts are at most ``MAX_DEPTH`` blocks deep and their tokens are derived from their id, so
+the driver's own memory is a few preallocated arrays, measured before the cache starts to grow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import heapq
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+BS, MAX_DEPTH, PAYLOAD = 16, 8, b"x"
+STALL_NS = 1_000_000  # ops slower than this (wall) are kept as stalls, with what caused them
+SAT = 2**32 - 1  # per-op arrays are uint32 ns: an op over 4.29 s saturates (stalls keep the exact value)
+TOP = 10
+RSS_LIMIT = int(6.8 * (1 << 30))  # stop early rather than pass the machine's per-process budget
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class GcLog:
+    """Collections seen through gc.callbacks: counts and time per generation, and the last one."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.total_ns = [0, 0, 0]
+        self.max_ns = [0, 0, 0]
+        self.last: tuple[int, int, int] = (0, 0, -1)  # (start, stop, generation)
+        self._t0 = 0
+        gc.callbacks.append(self)
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        now = time.perf_counter_ns()
+        if phase == "start":
+            self._t0 = now
+            return
+        g = info["generation"]
+        d = now - self._t0
+        self.count[g] += 1
+        self.total_ns[g] += d
+        self.max_ns[g] = max(self.max_ns[g], d)
+        self.last = (self._t0, now, g)
+
+
+def watched_dicts(cache: Any) -> dict[str, Any]:
+    """The big per-block containers of the store path, where they are plain dicts (today's tree),
+    so a stall can be matched to a resize. Sharded maps are not probed (their resizes are small)."""
+    e = cache._engine
+    cands = {
+        "index._nodes": getattr(e.index, "_nodes", None),
+        "index._evictable": getattr(e.index, "_evictable", None),
+        "tier._data": getattr(e.tiers[0], "_data", None),
+        "tier._sizes": getattr(e.tiers[0], "_sizes", None),
+        "slot.owners": getattr(e.slots[0], "owners", None),
+        "policy._order": getattr(e.slots[0].policy, "_order", None),
+    }
+    return {k: v for k, v in cands.items() if isinstance(v, dict)}
+
+
+class Stalls:
+    """The longest ops (wall clock), each with its cause."""
+
+    def __init__(self, cache: Any, gclog: GcLog) -> None:
+        self.heap: list[tuple[int, int, dict[str, Any]]] = []
+        self.cpu_heap: list[tuple[int, int, dict[str, Any]]] = []
+        self.n_over_10ms = 0
+        self.n_cpu_over_10ms = 0
+        self.gclog = gclog
+        names = watched_dicts(cache)
+        self.names, self.objs = list(names), list(names.values())
+        self.sizes = [sys.getsizeof(o) for o in self.objs]
+        self._seq = 0
+
+    def probe(self) -> list[str]:
+        """Containers whose allocation changed since the last probe (a resize)."""
+        out = []
+        for i, o in enumerate(self.objs):
+            s = sys.getsizeof(o)
+            if s != self.sizes[i]:
+                out.append(f"{self.names[i]} resized at {len(o):,} entries")
+                self.sizes[i] = s
+        return out
+
+    def note(self, op: str, blocks: int, t0: int, wall: int, cpu: int) -> None:
+        resized = self.probe() if self.objs else []
+        if wall < STALL_NS and cpu < STALL_NS // 4:
+            return
+        self.n_over_10ms += wall > 10_000_000
+        self.n_cpu_over_10ms += cpu > 10_000_000
+        start, stop, gen = self.gclog.last
+        causes = []
+        if stop >= t0 and gen >= 0:
+            causes.append(f"gc gen{gen} {(stop - start) / 1e6:.1f} ms")
+        causes += resized
+        if cpu < wall // 2:
+            causes.append(f"not running (cpu {cpu / 1e6:.2f} ms of {wall / 1e6:.2f} ms wall: preempted/paging)")
+        elif not causes:
+            causes.append("unattributed CPU work")
+        item = {"op": op, "blocks": blocks, "wall_ms": wall / 1e6, "cpu_ms": cpu / 1e6, "cause": "; ".join(causes)}
+        self._seq += 1
+        for heap, t in ((self.heap, wall), (self.cpu_heap, cpu)):
+            if len(heap) < TOP:
+                heapq.heappush(heap, (t, self._seq, item))
+            else:
+                heapq.heappushpop(heap, (t, self._seq, item))
+
+    def top(self, by_cpu: bool = False) -> list[dict[str, Any]]:
+        return [e[2] for e in sorted(self.cpu_heap if by_cpu else self.heap, key=lambda e: -e[0])]
+
+
+def prompt_tokens(i: int, parent: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Block j's tokens are ``base + BS * j``: a prompt is its ancestors' blocks, root first."""
+    path = []
+    j = i
+    while j >= 0:
+        path.append(j)
+        j = int(parent[j])
+    path.reverse()
+    return (np.array(path, dtype=np.int32)[:, None] * BS + base).ravel()
+
+
+def decade_edges(n: int) -> list[int]:
+    edges = [0, 1000]
+    while edges[-1] < n:
+        edges.append(edges[-1] * 10)
+    edges[-1] = n
+    return edges
+
+
+def percentiles(a: np.ndarray) -> dict[str, float]:
+    if not len(a):
+        return {}
+    p = np.percentile(a, [50, 99, 99.9])
+    return {"p50": p[0] / 1e3, "p99": p[1] / 1e3, "p99.9": p[2] / 1e3, "max": float(a.max()) / 1e3, "n": len(a)}
+
+
+def summarize(lat: dict[str, np.ndarray], n: int) -> list[dict[str, Any]]:
+    """Per decade of blocks: p50/p99/p99.9/max (µs) for each op and clock."""
+    edges = decade_edges(n)
+    out = []
+    for lo, hi in zip(edges, edges[1:]):
+        if hi <= lo:
+            continue
+        row: dict[str, Any] = {"from": lo, "to": hi}
+        for name, a in lat.items():
+            row[name] = percentiles(a[lo:hi])
+        out.append(row)
+    return out
+
+
+def progress(i: int, n: int, t_start: float, label: str) -> None:
+    frac = i / n
+    bar = "#" * int(30 * frac)
+    el = time.monotonic() - t_start
+    eta = el / frac - el if frac else 0.0
+    sys.stderr.write(f"\r{label:>8} [{bar:<30}] {frac:6.1%} {i:>11,} blocks  {el:6.0f}s  eta {eta:5.0f}s")
+    sys.stderr.flush()
+
+
+def run(n: int, label: str, seed: int = 0, max_seconds: float = float("inf")) -> dict[str, Any]:
+    from ctxcache import ContextCache
+
+    cache = ContextCache.from_config({"block_size": BS, "tiers": [{"kind": "memory", "capacity": "64GiB"}]})
+    rng = np.random.default_rng(seed)
+    parent = np.full(n, -1, dtype=np.int32)
+    depth = np.zeros(n, dtype=np.int8)
+    lat = {k: np.ones(n, dtype=np.uint32) for k in ("store_wall", "store_cpu", "lookup_wall", "lookup_cpu")}
+    base = np.arange(BS, dtype=np.int32)
+    # What a server does once started: collect and freeze what imports and set-up made, so full
+    # collections during the run scan only what the run itself keeps (the index's cost, if any).
+    gc.collect()
+    gc.freeze()
+    gclog = GcLog()
+    stalls = Stalls(cache, gclog)
+    wall, cpu = time.perf_counter_ns, time.thread_time_ns
+    rss0 = rss()
+    rss_at: dict[int, int] = {}
+    marks = set(decade_edges(n)[1:])
+    chunk, t_start, i, stopped = 65536, time.monotonic(), 0, ""
+    while i < n:
+        pick = rng.random(chunk)
+        look = rng.random(chunk)
+        fresh = rng.random(chunk) < 1 / MAX_DEPTH  # a new conversation: a root block
+        for r, q, f in zip(pick, look, fresh):
+            if i >= n:
+                break
+            j = int(r * i) if i else -1
+            if j >= 0 and depth[j] < MAX_DEPTH - 1 and not f:
+                parent[i], depth[i] = j, depth[j] + 1
+            toks = prompt_tokens(i, parent, base)
+            d = int(depth[i])
+            c0, w0 = cpu(), wall()
+            cache.store(toks, [PAYLOAD], first_block=d)
+            w1, c1 = wall(), cpu()
+            lat["store_wall"][i], lat["store_cpu"][i] = min(w1 - w0, SAT), min(c1 - c0, SAT)
+            stalls.note("store", i + 1, w0, w1 - w0, c1 - c0)
+            k = int(q * (i + 1))
+            toks = prompt_tokens(k, parent, base)
+            c0, w0 = cpu(), wall()
+            m = cache.lookup(toks)
+            cache.release(m)
+            w1, c1 = wall(), cpu()
+            lat["lookup_wall"][i], lat["lookup_cpu"][i] = min(w1 - w0, SAT), min(c1 - c0, SAT)
+            stalls.note("lookup", i + 1, w0, w1 - w0, c1 - c0)
+            if m.hit_tokens != len(toks):
+                raise AssertionError(f"prompt {k} should hit fully: {m.hit_tokens} of {len(toks)} tokens")
+            i += 1
+            if i in marks or i % 100_000 == 0:
+                now = rss()
+                if i in marks:
+                    rss_at[i] = now - rss0
+                over = now > RSS_LIMIT or time.monotonic() - t_start > max_seconds
+                if over:
+                    why = f"RSS {now / 2**30:.2f} GiB" if now > RSS_LIMIT else f"{max_seconds:.0f} s budget"
+                    stopped = f"{why}: stopped at {i:,} of {n:,} blocks"
+                    sys.stderr.write(f"\n{label}: {stopped}\n")
+                    n = i
+                    rss_at[i] = now - rss0
+                    break
+        progress(i, n, t_start, label)
+    sys.stderr.write("\n")
+    gc.callbacks.remove(gclog)
+    assert len(cache._engine.index) == n, "every store should add exactly one block"
+    out = report(cache, lat, n, rss_at, stalls, gclog, time.monotonic() - t_start)
+    out["stopped_early"] = stopped
+    return out
+
+
+def report(
+    cache: Any, lat: dict[str, np.ndarray], n: int, rss_at: dict[int, int], stalls: Stalls, gclog: GcLog, secs: float
+) -> dict[str, Any]:
+    lat = {k: v[:n] for k, v in lat.items()}
+    decades = summarize(lat, n)
+    for row in decades:  # a saturated max: the exact value is among the kept stalls
+        for k, v in row.items():
+            if isinstance(v, dict) and v and v["max"] >= SAT / 1e3:
+                op, clock = k.split("_")
+                key = "wall_ms" if clock == "wall" else "cpu_ms"
+                hits = [
+                    s[key]
+                    for s in stalls.top() + stalls.top(by_cpu=True)
+                    if s["op"] == op and row["from"] < s["blocks"] <= row["to"]
+                ]
+                v["max"] = max(hits, default=v["max"] / 1e3) * 1e3
+    return {
+        "blocks": n,
+        "seconds": round(secs, 1),
+        "decades": decades,
+        "rss_bytes_per_block": {str(b): round(v / b, 1) for b, v in sorted(rss_at.items())},
+        "stalls_top_wall": stalls.top(),
+        "stalls_top_cpu": stalls.top(by_cpu=True),
+        "stalls_over_10ms": stalls.n_over_10ms,
+        "cpu_stalls_over_10ms": stalls.n_cpu_over_10ms,
+        "gc": {
+            "count": gclog.count,
+            "max_ms": [x / 1e6 for x in gclog.max_ns],
+            "total_s": [x / 1e9 for x in gclog.total_ns],
+        },
+        "gc_tracked_objects_at_end": len(gc.get_objects()),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--max-blocks", type=int, default=10_000_000)
+    ap.add_argument("--label", default="tree")
+    ap.add_argument("--max-seconds", type=float, default=float("inf"), help="stop (at a 100k mark) after this")
+    args = ap.parse_args()
+    import ctxcache
+
+    out = run(args.max_blocks, args.label, max_seconds=args.max_seconds)
+    out["ctxcache"] = os.path.dirname(ctxcache.__file__)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
