@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install run test lint bench bench-ttft bench-retention bench-semantic bench-vllm test-vllm test-vllm-gpu mutate mutate-known clean redis-server chromium
+.PHONY: install run test lint bench bench-index bench-ttft bench-retention bench-semantic bench-vllm test-vllm test-vllm-gpu mutate mutate-known clean redis-server chromium
 
 # torch first and pinned: 2.13.0 is the CPU wheel on this machine's disk; anything unpinned
 # that depends on torch would pull a multi-GB CUDA build instead.
@@ -48,6 +48,13 @@ bench: install redis-server
 	$(BIN)/python benchmarks/bench_policies.py
 	$(BIN)/python benchmarks/seed_claims.py
 	$(BIN)/python benchmarks/bench_observability.py
+
+# The index growing to millions of blocks, today's tree against the one before the sharding
+# (ff0c450), each in its own process; run on an idle machine (~25 min; docs/index-scale.md).
+bench-index: install
+	$(BIN)/python benchmarks/bench_index_growth.py --tree base --max-blocks 10000000 --max-seconds 780
+	$(BIN)/python benchmarks/bench_index_growth.py --tree new --max-blocks 10000000 --max-seconds 780
+	$(BIN)/python benchmarks/bench_index_growth.py --combine
 
 # The serving benchmark: 10 sessions x 6 turns against the live server, cache on/off and a
 # block-size sweep (~15 min on 2 cores).
