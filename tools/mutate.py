@@ -106,6 +106,7 @@ def config(srcs: list[str], tests: list[str], max_children: int) -> str:
         f"pytest_add_cli_args_test_selection = {arr(tests)}\n"
         f"pytest_add_cli_args = {arr(['-p', 'no:cacheprovider', '-q', '-x', *DESELECT])}\n"
         "use_git_change_detection = false\n"
+        'also_copy = ["docs"]\n'  # tests that check documented values read docs/
         # A mutant that makes a test wait (a mover thread that never starts) burns no CPU, so only
         # the wall-clock limit, (estimated test time + 1 s) x this, ends it; mutmut's 15 let one
         # mutant hold a worker for 15 minutes.
@@ -120,6 +121,7 @@ def prepare(group: str, srcs: list[str], tests: list[str], max_children: int) ->
     work.mkdir(parents=True)
     shutil.copytree(ROOT / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "docs", work / "docs")
     pyproject = (ROOT / "pyproject.toml").read_text()
     (work / "pyproject.toml").write_text(pyproject + config(srcs, tests, max_children))
     (work / "README.md").write_text("scratch copy for mutation testing\n")
