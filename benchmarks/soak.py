@@ -83,27 +83,42 @@ def _sentence(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(_WORDS) for _ in range(n)) + "."
 
 
-def _opening(rng: random.Random, systems: list[str], args: argparse.Namespace) -> str:
-    """A shared system prompt, or (with probability --fresh) one followed by a document of its own."""
-    system = rng.choice(systems)
-    if rng.random() >= args.fresh:
-        return system
-    doc = " ".join(_sentence(rng, 15) for _ in range(args.doc_words // 16))
-    return f"{system}\nDocument {rng.getrandbits(64):x}:\n{doc}"
+_SYSTEMS = [f"You are assistant {i}. " + " ".join(_sentence(random.Random(i), 12) for _ in range(25)) for i in range(4)]
+
+
+def _document(rng: random.Random, words: int) -> str:
+    return " ".join(_sentence(rng, 15) for _ in range(words // 16))
+
+
+def seeded_opening(i: int, args: argparse.Namespace) -> list[dict[str, str]]:
+    """Seeded document ``i``'s first prompt (system + user), the same in the seeding and the clients."""
+    rng = random.Random(10_000 + i)
+    system = f"{_SYSTEMS[i % len(_SYSTEMS)]}\nDocument seed-{i}:\n{_document(rng, args.doc_words)}"
+    return [{"role": "system", "content": system}, {"role": "user", "content": _sentence(rng, 20)}]
+
+
+def _opening(rng: random.Random, args: argparse.Namespace) -> list[dict[str, str]]:
+    """A seeded document (--seeded), a document of its own (--fresh), or a shared system prompt."""
+    if args.seed_docs and rng.random() < args.seeded:
+        return seeded_opening(rng.randrange(args.seed_docs), args)
+    system = rng.choice(_SYSTEMS)
+    if rng.random() < args.fresh:
+        system = f"{system}\nDocument {rng.getrandbits(64):x}:\n{_document(rng, args.doc_words)}"
+    return [{"role": "system", "content": system}]
 
 
 def _client(url: str, model: str, seed: int, args: argparse.Namespace, stop: threading.Event, counts: Counts) -> None:
     rng = random.Random(seed)
-    systems = [
-        f"You are assistant {i}. " + " ".join(_sentence(random.Random(i), 12) for _ in range(25)) for i in range(4)
-    ]
     with httpx.Client(base_url=url, timeout=900) as c:
         while not stop.is_set():
-            msgs: list[dict[str, str]] = [{"role": "system", "content": _opening(rng, systems, args)}]
+            msgs = _opening(rng, args)
             for _turn in range(rng.randint(3, 8)):
                 if stop.is_set():
                     return
-                msgs.append({"role": "user", "content": " ".join(_sentence(rng, 15) for _ in range(rng.randint(2, 8)))})
+                if msgs[-1]["role"] != "user":
+                    msgs.append(
+                        {"role": "user", "content": " ".join(_sentence(rng, 15) for _ in range(rng.randint(2, 8)))}
+                    )
                 body = {"model": model, "max_tokens": rng.choice([8, 16, 32]), "messages": msgs, "temperature": 0.7}
                 try:
                     r = c.post("/v1/chat/completions", json=body)
@@ -127,9 +142,12 @@ class Counts:
         self.lock = threading.Lock()
         self.n: dict[str, int] = {"requests": 0, "errors": 0, "cached_tokens": 0, "prompt_tokens": 0}
         self.kinds: dict[str, int] = {}
+        self.closed = False  # set when the measurement ends
 
     def add(self, name: str, kind: str | None = None, n: int = 1) -> None:
         with self.lock:
+            if self.closed:
+                return
             self.n[name] += n
             if kind is not None:
                 self.kinds[kind] = self.kinds.get(kind, 0) + 1
@@ -139,6 +157,15 @@ def _start(args: argparse.Namespace, tmp: Path) -> tuple[subprocess.Popen[bytes]
     from ctxcache.integrations.model_store import resolve_model
 
     model_dir = resolve_model(None, quiet=True)
+    if args.seed_docs:
+        from soak_seed import seed
+
+        if args.ram is not None:
+            raise SystemExit("--seed-docs seeds serve's default cache: use it without --ram")
+        t = time.monotonic()
+        args.seeding = seed(tmp, model_dir, [seeded_opening(i, args) for i in range(args.seed_docs)])
+        args.seeding["seconds"] = round(time.monotonic() - t, 1)
+        err.print(f"seeded the disk tier: {args.seeding}")
     extra: list[str] = []
     if args.ram is not None:
         cfg = tmp / "soak.toml"
@@ -239,15 +266,16 @@ def _run(args: argparse.Namespace, tmp: Path) -> tuple[list[Sample], Counts, dic
                 f"{counts.n['requests']} req",
             )
             time.sleep(args.every)
+    # The measurement ends here. Requests still in flight (up to one per client, minutes of queue
+    # on a busy machine) are cut off by the SIGTERM: their failures are not the server's errors.
     stop.set()
-    for t in threads:  # let requests in flight finish: SIGTERM would cut them off
-        t.join(timeout=900)
-    info["health"] = httpx.get(f"{url}/healthz").json()
+    counts.closed = True
+    info["health"] = httpx.get(f"{url}/healthz", timeout=60).json()
     info["ram_tiers"] = sorted(ram_tiers)
+    info["tracebacks"] = (tmp / "serve.log").read_text(errors="replace").count("Traceback")
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=300)
     log = (tmp / "serve.log").read_text(errors="replace")
-    info["tracebacks"] = log.count("Traceback")
     (RESULTS / f"{args.out}-server.log").write_text(log[-200_000:])  # kept: any 5xx cause is in it
     return samples, counts, info
 
@@ -266,7 +294,9 @@ def main() -> None:
     ap.add_argument(
         "--fresh", type=float, default=0.5, help="share of conversations opening with a document of their own"
     )
-    ap.add_argument("--doc-words", type=int, default=600)
+    ap.add_argument("--doc-words", type=int, default=1200)
+    ap.add_argument("--seed-docs", type=int, default=0, help="documents seeded on disk before the start (soak_seed.py)")
+    ap.add_argument("--seeded", type=float, default=0.5, help="share of conversations opening with a seeded document")
     ap.add_argument("--bound", type=float, default=1.3)
     ap.add_argument("--warmup", type=float, default=1.0, help="minutes excluded from the max")
     ap.add_argument("--every", type=float, default=5.0, help="seconds between RSS samples")
@@ -287,7 +317,8 @@ def main() -> None:
     out: dict[str, Any] = {
         "benchmark": "soak",
         "config": "serve default (2 GiB RAM + 10 GiB disk)" if args.ram is None else f"{args.ram} RAM + 2 GiB disk",
-        **{k: getattr(args, k) for k in ("minutes", "clients", "fresh", "doc_words")},
+        **{k: getattr(args, k) for k in ("minutes", "clients", "fresh", "doc_words", "seed_docs", "seeded")},
+        "seeding": getattr(args, "seeding", None),
         "tuned": not args.no_tune,
         "weights_gib": round(info["weights"] / gib, 3),
         "ram_tiers_gib": round(ram / gib, 3),
