@@ -35,6 +35,10 @@ def test_a_view_is_charged_its_whole_base():
     seen = {}
     held_bytes({"a": arr[:16], "b": b"xyz"}, seen)
     assert sum(seen.values()) == arr.nbytes + 3
+    blob = bytes(4096)  # a block read from disk: each array a view through its own memoryview of the blob
+    seen = {}
+    held_bytes([np.frombuffer(memoryview(blob), np.float32, 16, off) for off in (0, 64, 128)], seen)
+    assert sum(seen.values()) == len(blob)
 
 
 def test_tier_report_shows_a_payload_that_keeps_a_larger_tensor_alive():

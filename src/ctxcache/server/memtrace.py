@@ -75,10 +75,12 @@ def held_bytes(obj: Any, seen: dict[int, int]) -> None:
         seen[st.data_ptr()] = st.nbytes()
     elif hasattr(obj, "base") and hasattr(obj, "nbytes"):  # a numpy array: walk to the owner
         root = obj
-        while getattr(root, "base", None) is not None:
-            root = root.base
-        size = root.nbytes if hasattr(root, "nbytes") else len(root)
-        seen[id(root)] = int(size)
+        while True:  # array -> its base ...; a memoryview -> the object it exports (many views share it)
+            nxt = getattr(root, "base", None) if not isinstance(root, memoryview) else root.obj
+            if nxt is None:
+                break
+            root = nxt
+        seen[id(root)] = len(root) if isinstance(root, (bytes, bytearray)) else int(root.nbytes)
 
 
 def tier_report(cache: Any) -> list[dict[str, Any]]:
