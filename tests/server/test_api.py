@@ -24,6 +24,7 @@ def test_openapi_models_and_health(client):
     assert models["data"][0]["type"] == "model" and "created_at" in models["data"][0]
     h = client.get("/healthz").json()
     assert h["status"] == "ok" and h["model"] == MODEL and h["queue_depth"] == 0
+    assert set(h["cache"]["tier_bytes"]) == {t.name for t in client.lm.cache.tiers}  # RAM apart from disk
 
 
 def test_chat_completion_shape_and_cached_tokens(client):

@@ -23,13 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..cache import ContextCache, Match, Prompt
 from ..keys import Namespace
 from ..usage import Usage
 from . import Detokenizer, Generation, SamplingParams, Timings
-from .model_store import GEMMA_CHAT_TEMPLATE, INSTALL_HINT, ModelError
+from .kv_blocks import block_payload, join_blocks
+from .model_store import GEMMA_CHAT_TEMPLATE, INSTALL_HINT, ModelError, drop_python_vocab
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local directory only; never reach for a model hub
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -82,17 +81,6 @@ def sample_token(logits: Any, temperature: float, top_p: float, generator: Any =
     sp, si = torch.sort(probs, descending=True)
     keep = (torch.cumsum(sp, 0) - sp) < top_p  # the most likely token is always kept
     return int(si[torch.multinomial(sp * keep, 1, generator=generator)])
-
-
-def _cat(parts: list[Any]) -> Any:
-    """Join blocks along the token axis into a new tensor, so decoding never writes to stored blocks.
-
-    Memory tiers hand back the stored torch tensors; serializing tiers hand back numpy views of
-    their blobs (read-only), which are joined in numpy and then wrapped without another copy.
-    """
-    if all(isinstance(p, torch.Tensor) for p in parts):
-        return torch.cat(parts, -2)
-    return torch.from_numpy(np.concatenate([np.asarray(p) for p in parts], axis=-2))
 
 
 class GenerationStream:
@@ -204,7 +192,7 @@ class CachedLM:
         p = Path(path)
         if not (p / "config.json").is_file():
             raise ModelError(f"{p} is not a Hugging Face model directory (no config.json)")
-        tok = AutoTokenizer.from_pretrained(p)
+        tok = drop_python_vocab(AutoTokenizer.from_pretrained(p))
         model: Any = AutoModelForCausalLM.from_pretrained(p, dtype=kw.pop("dtype", torch.float32))
         model.eval()
         if (
@@ -266,7 +254,7 @@ class CachedLM:
     def _rebuild(self, payloads: list[Any]) -> Any:
         kv = DynamicCache()  # no config: every layer keeps every token (see the module docstring)
         for li in range(len(payloads[0])):
-            kv.update(_cat([p[li][0] for p in payloads]), _cat([p[li][1] for p in payloads]), li)
+            kv.update(join_blocks([p[li][0] for p in payloads]), join_blocks([p[li][1] for p in payloads]), li)
         return kv
 
     def _store(self, prompt: Prompt, kv: Any, first: int) -> int:
@@ -275,10 +263,7 @@ class CachedLM:
         if last <= first:
             return 0
         layers = [(layer.keys, layer.values) for layer in kv.layers]
-        blocks = [
-            [(k[:, :, b * bs : (b + 1) * bs].clone(), v[:, :, b * bs : (b + 1) * bs].clone()) for k, v in layers]
-            for b in range(first, last)
-        ]
+        blocks = [block_payload(layers, b * bs, (b + 1) * bs) for b in range(first, last)]
         return self.cache.store(prompt.prefix(last * bs), blocks, first_block=first).cache_creation_tokens
 
     def prefill(

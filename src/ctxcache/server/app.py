@@ -184,7 +184,10 @@ def create_app(
             "queue_depth": state.worker.depth,
             "busy": state.worker.busy,
             "jobs_done": state.worker.jobs_done,
-            "cache": {k: s[k] for k in ("blocks", "bytes", "hit_tokens", "lookup_tokens", "token_hit_ratio")},
+            "cache": {
+                **{k: s[k] for k in ("blocks", "bytes", "hit_tokens", "lookup_tokens", "token_hit_ratio")},
+                "tier_bytes": {name: t["bytes"] for name, t in s["tiers"].items()},  # RAM apart from disk
+            },
             "block_size": lm.block_size,
             "pins": state.pins.stats(),
         }

@@ -168,8 +168,10 @@ def _run(lm: Any, cache: ContextCache, cfg: ServerConfig, model_id: str, host: s
     import uvicorn
 
     from .app import create_app
+    from .memtrace import start_from_env as start_memtrace
 
     app = create_app(lm, cfg, model_id=model_id)
+    start_memtrace(cache)  # only with CTXCACHE_MEMTRACE set (server/memtrace.py)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}"
     keys = " -H 'Authorization: Bearer <your key>'" if cfg.api_keys else ""
