@@ -79,7 +79,9 @@ def test_index_nodes_are_not_tracked_by_the_cyclic_gc():
     for k in keys[5000:]:
         idx.insert(k, b"root", k, 0)
     assert not any(gc.is_tracked(idx.get(k)) for k in keys)
-    assert len(gc.get_objects()) - before < 50
+    # One tracked object per block would add >= 3000; other tests' background threads (Redis
+    # reconnects) may add a few hundred meanwhile, so the margin is far from both.
+    assert len(gc.get_objects()) - before < 1000
 
 
 def test_cache_store_path_adds_no_gc_tracked_objects_per_block():
@@ -91,7 +93,9 @@ def test_cache_store_path_adds_no_gc_tracked_objects_per_block():
     cache.store(toks, [b"x"] * 3000, first_block=3000)
     gc.collect()
     assert len(cache._engine.index) == 6000
-    assert len(gc.get_objects()) - before < 50
+    # One tracked object per block would add >= 3000; other tests' background threads (Redis
+    # reconnects) may add a few hundred meanwhile, so the margin is far from both.
+    assert len(gc.get_objects()) - before < 1000
     # Nor a big tracked container: each full collection would read every entry (0.5 s at 7 M).
     e = cache._engine
     maps = e.index.shards + e.slots[0].policy._shards + e.slots[0].owners.shards + e.tiers[0]._data.shards

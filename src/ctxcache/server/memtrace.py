@@ -20,6 +20,7 @@ import os
 import threading
 import time
 import tracemalloc
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +89,8 @@ def tier_report(cache: Any) -> list[dict[str, Any]]:
     out = []
     for tier in cache._engine.tiers:
         row: dict[str, Any] = {"name": tier.name, "kind": tier.kind, "accounted": tier.used_bytes}
-        data = getattr(tier, "_data", None)
-        if isinstance(data, dict):
+        data = getattr(tier, "_data", None)  # a memory tier's payloads (a dict or a ShardedDict)
+        if isinstance(data, Mapping):
             seen: dict[int, int] = {}
             for _ in range(3):  # the model thread may change the dict while we walk it
                 try:
