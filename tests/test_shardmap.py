@@ -121,3 +121,22 @@ def test_removed_nodes_are_released_and_maps_emptied():
     assert tier.used_bytes == 0 and slot.by_tenant == {}
     assert all(not s for s in tier._sizes.shards) and all(not od for od in slot.policy._shards)
     assert len(slot.policy._heap) <= NSHARDS  # at most one entry per shard, never one per key
+
+
+def test_every_inlined_shard_choice_is_shard_index():
+    """Hot paths inline ``shard_index`` (a call costs ~5 % of a store); a copy that drifted would file
+    keys in one shard and look them up in another. Each copy must be the same expression."""
+    import re
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "src" / "ctxcache"
+    name = r"([\w.]+)"
+    same = re.compile(rf"{name}\[-1\] if \1\.__class__ is bytes and \1 else hash\(\1\) % PRIME")
+    uses = [
+        (p, line)
+        for p in src.rglob("*.py")
+        for line in p.read_text().splitlines()
+        if "% PRIME" in line or ("__class__ is bytes" in line and "[-1]" in line)
+    ]
+    assert len(uses) >= 15  # index, memory tier, slot, policies
+    assert [(p.name, line.strip()) for p, line in uses if not same.search(line)] == []
