@@ -20,9 +20,10 @@ import os
 import threading
 import time
 import tracemalloc
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from ..tiers import MemoryTier
 
 _MALLINFO2 = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")
 
@@ -89,15 +90,9 @@ def tier_report(cache: Any) -> list[dict[str, Any]]:
     out = []
     for tier in cache._engine.tiers:
         row: dict[str, Any] = {"name": tier.name, "kind": tier.kind, "accounted": tier.used_bytes}
-        data = getattr(tier, "_data", None)  # a memory tier's payloads (a dict or a ShardedDict)
-        if isinstance(data, Mapping):
+        if isinstance(tier, MemoryTier):
             seen: dict[int, int] = {}
-            for _ in range(3):  # the model thread may change the dict while we walk it
-                try:
-                    values = list(data.values())
-                    break
-                except RuntimeError:
-                    values = []
+            values = tier.payloads()
             for v in values:
                 held_bytes(v, seen)
             row["held"], row["blocks"] = sum(seen.values()), len(values)

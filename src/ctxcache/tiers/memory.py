@@ -169,6 +169,16 @@ class MemoryTier(Tier):
     def keys(self) -> Iterator[Hashable]:
         return iter(list(self._data))
 
+    def payloads(self) -> list[Any]:
+        """What the tier holds (live objects, or blobs in mode warm), for memory diagnostics.
+        Another thread may store meanwhile: a shard that changed while read is read again."""
+        for _ in range(3):
+            try:
+                return list(self._data.values())
+            except RuntimeError:
+                continue
+        return []
+
     def stats(self) -> dict[str, Any]:
         out = super().stats()
         out["mode"] = self.mode
