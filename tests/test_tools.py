@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,3 +21,22 @@ def test_mutate_with_no_group_means_every_group_and_a_bad_group_is_refused():
     assert ok.returncode == 0, ok.stderr
     bad = run("nosuchgroup", "--report")
     assert bad.returncode == 2 and "invalid choice: 'nosuchgroup'" in bad.stderr
+
+
+def _load_mutate() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("mutate_tool", ROOT / "tools" / "mutate.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_module_sample_does_not_move_when_another_module_changes() -> None:
+    mutate = _load_mutate()
+    a = [f"ctxcache.a.x_f__mutmut_{i}" for i in range(50)]
+    b = [f"ctxcache.b.x_g__mutmut_{i}" for i in range(50)]
+    before = [n for n in mutate.sample(a + b, 20, 17) if ".b." in n]
+    # module a gains mutants (a new function); module b's draw must stay the same
+    extra = [f"ctxcache.a.x_e__mutmut_{i}" for i in range(3)]  # b keeps its 10 draws
+    after = [n for n in mutate.sample([*extra, *a, *b], 20, 17) if ".b." in n]
+    assert before == after

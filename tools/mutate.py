@@ -170,10 +170,12 @@ def sample(names: list[str], n: int, seed: int) -> list[str]:
     by_module: dict[str, list[str]] = {}
     for name in names:
         by_module.setdefault(module_of(name), []).append(name)
-    rng = random.Random(seed)
     out: list[str] = []
     for mod in sorted(by_module):
         ms = by_module[mod]
+        # One RNG per module: a change that adds or removes mutants in one module leaves the other
+        # modules' samples as they were, so a triage of their survivors stays valid.
+        rng = random.Random(f"{seed}:{mod}")
         out += rng.sample(ms, min(len(ms), max(1, round(n * len(ms) / len(names)))))
     return sorted(out)
 
