@@ -36,7 +36,12 @@ OUT = ROOT / "build" / "mutation"
 GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "keys": (
         ["src/ctxcache/keys.py"],
-        ["tests/test_keys.py", "tests/test_cache.py", "tests/engine/test_request_path.py"],
+        [
+            "tests/test_keys.py",
+            "tests/test_keys_byteorder.py",
+            "tests/test_cache.py",
+            "tests/engine/test_request_path.py",
+        ],
     ),
     "index": (
         ["src/ctxcache/index.py"],

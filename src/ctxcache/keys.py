@@ -101,7 +101,8 @@ def as_token_array(tokens: Tokens) -> np.ndarray:
 
 
 def _as_unsigned(arr: np.ndarray) -> np.ndarray:
-    if arr.dtype.kind == "i" and arr.dtype.itemsize >= 4 and arr.flags.c_contiguous:
+    # The zero-copy view reinterprets bytes: only right in the native byte order.
+    if arr.dtype.kind == "i" and arr.dtype.isnative and arr.dtype.itemsize >= 4 and arr.flags.c_contiguous:
         return arr.view(np.dtype(f"u{arr.dtype.itemsize}"))
     if arr.dtype.kind == "i":
         return arr.astype(np.int64).view(np.uint64)
