@@ -45,7 +45,13 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     ),
     "index": (
         ["src/ctxcache/index.py"],
-        ["tests/test_index.py", "tests/test_properties.py", "tests/test_cache.py", "tests/test_pins_tiers.py"],
+        [
+            "tests/test_index.py",
+            "tests/test_index_shards.py",
+            "tests/test_properties.py",
+            "tests/test_cache.py",
+            "tests/test_pins_tiers.py",
+        ],
     ),
     # codec_arrays.py and payload.py are the codec's array and payload halves (split for file size);
     # test_sealing owns the codec's encryption-at-rest path (_aad, _open).
