@@ -60,6 +60,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
         [
             "tests/test_codec.py",
             "tests/test_codec_limits.py",
+            "tests/test_codec_kinds.py",
             "tests/test_payload.py",
             "tests/tiers/test_disk.py",
             "tests/tiers/test_disk_misfiled.py",
