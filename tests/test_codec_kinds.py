@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import struct
 
 import numpy as np
 import pytest
@@ -116,3 +117,19 @@ def test_int8_blobs_of_float16_kv_are_stable():
     x = float16_kv()
     got = {m: xxhash.xxh3_64_hexdigest(Codec(m).encode([(x, x[::-1].copy())], KEY)) for m in GOLDEN_F16_KV}
     assert got == GOLDEN_F16_KV
+
+
+def test_crafted_array_tables_are_corrupt_even_with_valid_checksums():
+    entry = FIXED_HEADER_SIZE + len(KEY)
+    blob = Codec("int8").encode([np.ones((2, 64), np.float32)], KEY)  # int8 at 0, scales at 128
+    assert struct.unpack_from("<QQQQ", blob, entry + 8) == (0, 128, 128, 4)
+    edited = bytearray(blob)
+    struct.pack_into("<Q", edited, entry + 24, 129)  # scales moved off their 64-byte alignment
+    with pytest.raises(CorruptBlockError, match="scale buffer out of bounds or of the wrong length"):
+        Codec().decode(reseal(bytes(edited)))
+    # A bytes payload (kind 0) is exactly one uint8 vector: two of them are a list, not bytes.
+    for arrays in ([np.zeros(2, np.uint8), np.zeros(3, np.uint8)], [np.zeros(4, np.float32)]):
+        edited = bytearray(Codec().encode(arrays, KEY))
+        edited[8] = 0  # the payload kind byte
+        with pytest.raises(CorruptBlockError, match="a bytes block holds exactly one uint8 vector"):
+            Codec().decode(reseal(bytes(edited)))
