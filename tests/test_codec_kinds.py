@@ -133,3 +133,7 @@ def test_crafted_array_tables_are_corrupt_even_with_valid_checksums():
         edited[8] = 0  # the payload kind byte
         with pytest.raises(CorruptBlockError, match="a bytes block holds exactly one uint8 vector"):
             Codec().decode(reseal(bytes(edited)))
+    edited = bytearray(Codec().encode([np.zeros(1)] * 3, KEY))
+    edited[8] = 3  # (K, V) pairs: three arrays are not pairs, and the error says what does not fit
+    with pytest.raises(CorruptBlockError, match="payload kind 3 does not fit its 3 arrays"):
+        Codec().decode(reseal(bytes(edited)))
