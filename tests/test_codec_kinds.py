@@ -157,3 +157,14 @@ def test_crafted_lengths_in_the_header_and_the_array_table_are_refused():
         Codec().decode(edited(plain, entry + 2, "<B", 17))  # 17 dims: more than the encoder writes
     with pytest.raises(CorruptBlockError, match="array table overruns the header"):
         Codec().decode(edited(plain, entry + 4, "<H", 64))  # a name running past the header
+
+
+def test_each_checksum_names_the_part_it_caught():
+    # A flipped byte of the key (which no structural check reads) is caught by the header checksum,
+    # one of the payload by the payload checksum; the message tells an operator which.
+    blob = Codec().encode([np.ones(2)], KEY)
+    for at, part in ((FIXED_HEADER_SIZE + 3, "header"), (len(blob) - 1, "payload")):
+        b = bytearray(blob)
+        b[at] ^= 1
+        with pytest.raises(CorruptBlockError, match=f"^{part} checksum mismatch$"):
+            Codec().decode(bytes(b))
