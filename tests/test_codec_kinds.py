@@ -14,7 +14,7 @@ import xxhash
 
 from ctxcache.codec import FIXED_HEADER_SIZE, Codec, read_header
 from ctxcache.engine.sealing import TenantSealer
-from ctxcache.errors import CorruptBlockError, PayloadError
+from ctxcache.errors import ConfigError, CorruptBlockError, PayloadError
 from ctxcache.payload import check_payload, flatten
 
 from .test_codec import reseal
@@ -168,3 +168,9 @@ def test_each_checksum_names_the_part_it_caught():
         b[at] ^= 1
         with pytest.raises(CorruptBlockError, match=f"^{part} checksum mismatch$"):
             Codec().decode(bytes(b))
+
+
+def test_an_unknown_mode_error_lists_the_modes():
+    # A config typo gets the list to pick from (the compression error does the same).
+    with pytest.raises(ConfigError, match=r"unknown codec mode 'fp8'; known: raw, fp16, k16v8, int8$"):
+        Codec("fp8")
