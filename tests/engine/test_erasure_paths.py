@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from ctxcache.tiers import DiskTier
+from ctxcache.tiers import DiskTier, RedisTier
 
 from .tenancy_util import ask, cache_with, prompt_of, tier_of
 
@@ -63,3 +63,26 @@ def test_erasing_a_tenant_removes_only_its_blocks_an_earlier_run_left(tmp_path):
     assert cache.stats()["erased"] == 4
     assert ask(cache, "a", prompt_of(1)) == 0 and ask(cache, "b", prompt_of(2)) == 16
     cache.close()
+
+
+def test_blocks_found_in_shared_storage_are_counted_as_erased(tmp_path, redis_url):
+    """Blocks another process wrote to a shared Redis prefix: found by their headers, deleted,
+    and counted in the erasure counters like the blocks this process indexed."""
+
+    def make():
+        tier = RedisTier(1 << 20, url=redis_url, prefix=f"erase{id(tmp_path)}:", timeout=0.5)
+        assert tier.wait_ready()
+        return cache_with([tier], {"a": {}, "b": {}})
+
+    writer = make()
+    ask(writer, "a", prompt_of(1))
+    ask(writer, "b", prompt_of(2))
+    writer.close()
+    fresh = make()
+    out = fresh.erase_tenant("a")
+    assert out["verified"] and out["found_in_storage"] == 4 and out["erased_blocks"] == 4
+    assert fresh.stats()["erased"] == 4
+    out = fresh.clear()
+    assert out["verified"] and out["found_in_storage"] == 4
+    assert fresh.stats()["erased"] == 8 and fresh.stats()["evictions_by_reason"]["erasure"] == 8
+    fresh.close()

@@ -84,16 +84,17 @@ def test_cut_truncates_a_walked_chain_at_its_first_expired_block():
 
 def test_a_sweep_retries_an_expired_block_that_is_in_use(tmp_path, clock):
     cache = cache_with([tier_of("memory", tmp_path)], {"a": {"ttl": "10s"}}, clock=clock)
-    p = prompt_of(1)
+    p, q = prompt_of(1), prompt_of(2)
     ask(cache, "a", p)
+    ask(cache, "a", q)  # expires at t=10
     clock.advance(5)
     m = cache.lookup(cache.prompt(p, "a"))  # a hit at t=5: deadline t=15, held
     assert m.hit_tokens == len(p)
     clock.advance(11)
-    assert cache.sweep() == 0  # expired but pinned: kept for the next sweep
+    assert cache.sweep() == 4  # q's blocks; p's are expired but in use: kept for the next sweep
     assert cache.lookup(cache.prompt(p, "a")).hit_tokens == 0  # expired is a miss meanwhile
     assert cache.sweep() == 0
     cache.release(m)
-    assert cache.sweep() == 4 and cache.stats()["expired"] == 4
+    assert cache.sweep() == 4 and cache.stats()["expired"] == 8
     assert cache.sweep() == 0 and len(cache.index) == 0
     assert ask(cache, "a", p) == 0 and ask(cache, "a", p) == 4 * BS
