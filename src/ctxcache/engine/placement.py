@@ -297,14 +297,17 @@ class Placement:
             if m is not None and m.dst is None and m.src == t:
                 return  # being deleted from that tier
             node = self.index.get(key)
+            if node is not None and node.tokens != block.tokens:
+                return
+            here = node is None or node.tier in (t, LOST)  # served from tier t from now on
+            charge = here and not self.slots[t].holds(key)
+            if charge and not self.room(t, block.nbytes, tag if isinstance(tag, str) else None):
+                return  # charged like a block placed there: within the tenant's quota and the capacity
             if node is None:
                 node = self.index.insert(key, parent, block.tokens, depth, tag=tag)
+            if here:
                 node.tier = t
-            elif node.tokens != block.tokens:
-                return
-            elif node.tier == LOST:
-                node.tier = t
-            if node.tier == t and not self.slots[t].holds(key):
+            if charge:
                 self.slots[t].admit(key, block.nbytes)
                 self.tiers[t].adopt(key, block.nbytes)
             self.index.pin([node])
