@@ -40,3 +40,19 @@ def test_an_unknown_tenant_error_names_the_tenant():
         ty.get("nobody")
     assert str(exc.value) == "unknown tenant 'nobody'"  # a KeyError's str() would quote it again
     assert isinstance(exc.value, KeyError)
+
+
+def test_the_master_key_file_is_read(tmp_path):
+    key = bytes(range(32))
+    path = tmp_path / "master.key"
+    path.write_bytes(key)
+    ty = load_tenancy({"a": {}}, {"encrypt": True, "master_key_file": str(path)}, env={})
+    assert ty is not None and ty.master_key == key
+    env = {"CTXCACHE_MASTER_KEY": (b"\x01" * 32).hex()}  # the file wins over the environment
+    ty = load_tenancy({"a": {}}, {"encrypt": True, "master_key_file": str(path)}, env=env)
+    assert ty is not None and ty.master_key == key
+
+
+def test_tenants_that_are_not_a_table_are_a_clear_error():
+    with pytest.raises(ConfigError, match=r"tenants must be a table of \[tenants.<id>\] tables"):
+        load_tenancy(["a", "b"], env={})  # type: ignore[arg-type]
