@@ -87,3 +87,44 @@ def test_promotion_between_ram_tiers_can_be_turned_off():
         with cache.lookup([0] * BS) as m:
             assert m.usage.by_tier == {"warm": BS}
     assert cache.stats()["promotions"] == 0
+
+
+def _mem_disk(path, mem: int = 10_000) -> dict:
+    return {"block_size": BS, "tiers": [
+        {"kind": "memory", "capacity": mem, "high": 1.0, "low": 1.0},
+        {"kind": "disk", "path": str(path), "capacity": "1MiB", "fsync": False},
+    ]}  # fmt: skip
+
+
+def test_blocks_discovered_after_an_indexed_prefix_hang_under_it(tmp_path):
+    """docs/ARCHITECTURE.md: discovered blocks are indexed under the matched prefix."""
+    toks = list(range(4 * BS))
+    blobs = [bytes([i]) * 32 for i in range(4)]
+    writer = ContextCache.from_config(_mem_disk(tmp_path))
+    writer.store(toks, blobs, "default", first_block=0)
+    writer.close()  # spilled to disk
+    reader = ContextCache.from_config(_mem_disk(tmp_path))
+    reader.store(toks[: 2 * BS], blobs[:2], "default", first_block=0)  # indexed, in RAM
+    keys = reader.prompt(toks).keys()
+    with reader.lookup(toks) as m:
+        assert m.payloads == blobs and reader.stats()["discovered"] == 2
+    index = reader.index
+    assert index.get(keys[2]).parent == keys[1] and index.get(keys[3]).parent == keys[2]
+    assert not index.is_evictable(keys[1]) and index.is_evictable(keys[3])  # only the leaf may go
+    assert reader.evict_all() == 4 and len(index) == 0
+    reader.close()
+
+
+def test_a_hit_keeps_a_chains_ancestors_more_recent_than_its_leaf(tmp_path):
+    """The first blocks of a prompt are the ones other prompts share: under pressure the
+    deepest block of a hit chain leaves the fast tier first."""
+    cache = ContextCache.from_config(_mem_disk(tmp_path, mem=4 * 32))  # 4 blocks of 32 B
+    toks = list(range(4 * BS))
+    cache.store(toks, [bytes([i]) * 32 for i in range(4)], "default", first_block=0)
+    for _ in range(2):
+        with cache.lookup(toks) as m:
+            assert m.usage.by_tier == {"memory": 4 * BS}
+    cache.store([99] * BS, [bytes(32)], "default", first_block=0)  # one block must leave RAM
+    with cache.lookup(toks[: 3 * BS]) as m:
+        assert m.usage.by_tier == {"memory": 3 * BS}  # the leaf went to disk, not the root
+    cache.close()
