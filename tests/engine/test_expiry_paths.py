@@ -82,7 +82,8 @@ def test_cut_truncates_a_walked_chain_at_its_first_expired_block():
     assert nodes == chain[:2]
 
 
-def test_a_sweep_retries_an_expired_block_that_is_in_use(tmp_path, clock):
+def test_a_sweep_retries_an_expired_block_that_is_in_use(tmp_path, clock, monkeypatch):
+    monkeypatch.setattr("ctxcache.engine.core.SWEEP_EVERY_S", 3600.0)  # this test's sweeps only
     cache = cache_with([tier_of("memory", tmp_path)], {"a": {"ttl": "10s"}}, clock=clock)
     p, q = prompt_of(1), prompt_of(2)
     ask(cache, "a", p)
