@@ -108,11 +108,14 @@ class Placement:
         share first, then best-effort, then SLO blocks; class-0 blocks only once expired.
         ``only``: a tenant at its quota, which makes room among its own blocks."""
         slot, can = self.slots[t], self._can[t]
-        goal = slot.used() - nbytes
+        # A quota counts the tenant's charges, which change only under the lock; the tier's bytes
+        # also drop when the mover's deletes land (outside it), which would end the pass early.
+        used = slot.used if only is None else (lambda: slot.tenant_used(only))
+        goal = used() - nbytes
         stages = [None] if self.fairness is None and only is None else self._stages(t, only)
         for allowed in stages:
             ok = can if allowed is None else (lambda k, a=allowed: a(k) and can(k))
-            while slot.used() > goal:
+            while used() > goal:
                 key = slot.victim(ok)
                 if key is None:
                     break
@@ -120,7 +123,7 @@ class Placement:
                     slot.admit(key)  # no room below and still needed: it stays
                     return False
                 slot.evicted(key)
-            if slot.used() <= goal:
+            if used() <= goal:
                 return True
         return False
 
@@ -297,14 +300,17 @@ class Placement:
             if m is not None and m.dst is None and m.src == t:
                 return  # being deleted from that tier
             node = self.index.get(key)
+            if node is not None and node.tokens != block.tokens:
+                return
+            here = node is None or node.tier in (t, LOST)  # served from tier t from now on
+            charge = here and not self.slots[t].holds(key)
+            if charge and not self.room(t, block.nbytes, tag if isinstance(tag, str) else None):
+                return  # charged like a block placed there: within the tenant's quota and the capacity
             if node is None:
                 node = self.index.insert(key, parent, block.tokens, depth, tag=tag)
+            if here:
                 node.tier = t
-            elif node.tokens != block.tokens:
-                return
-            elif node.tier == LOST:
-                node.tier = t
-            if node.tier == t and not self.slots[t].holds(key):
+            if charge:
                 self.slots[t].admit(key, block.nbytes)
                 self.tiers[t].adopt(key, block.nbytes)
             self.index.pin([node])
