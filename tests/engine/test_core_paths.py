@@ -88,3 +88,20 @@ def test_expired_class_0_blocks_give_way_to_new_blocks_without_a_sweep(tmp_path,
     assert ask(cache, "be", prompt_of(3)) == 0  # expired: they make room now
     assert cache.tenant_usage("be")["blocks"] == 4 and cache.stats()["expired"] == 0
     assert ask(cache, "be", prompt_of(3)) == 4 * BS
+
+
+def test_a_second_close_does_nothing(tmp_path):
+    """close() is idempotent: a block that was pinned at the first close (so it stayed in RAM) and
+    released afterwards is not spilled by a second close into a disk tier already closed (its
+    directory lock released: another process may own it by then)."""
+    disk = tier_of("disk", tmp_path)
+    cache = ContextCache([tier_of("memory", tmp_path), disk], block_size=BS)
+    toks = prompt_of(1, n_blocks=1)
+    cache.store(toks, payloads(toks), "default", 0)
+    held = cache.lookup(toks)
+    cache.close()
+    cache.release(held)
+    before = set(threading.enumerate())
+    cache.close()
+    assert len(disk) == 0 and cache.stats()["pending_moves"] == 0
+    assert not [t.name for t in set(threading.enumerate()) - before]  # no mover started again

@@ -66,7 +66,7 @@ def test_a_promotion_stays_within_the_tenants_quota_of_the_top_tier(tmp_path):
 
 
 def test_a_write_buffer_of_exactly_one_block_still_promotes_it():
-    top, below = FakeSlowTier(5 * 256), FakeSlowTier(1 << 20)  # room for about four blocks on top
+    top, below = FakeSlowTier(5 * 256, name="top"), FakeSlowTier(1 << 20, name="below")  # ~4 blocks on top
     top.token_bytes = 4 * BS  # as the engine sets it, so that size_of measures as it will
     one = top.size_of(blocks(0, 1)[0])  # what a promotion into the top tier holds
     cache = ContextCache([top, below], block_size=BS, write_buffer=one)
@@ -77,6 +77,10 @@ def test_a_write_buffer_of_exactly_one_block_still_promotes_it():
     with cache.lookup(toks(0, 1)) as m:  # demoted: read from below, copied up
         assert values(m) == [0.0]
     assert cache.stats()["promotions"] == 1
+    assert cache.flush(10)
+    with cache.lookup(toks(0, 1)) as m:  # the copy landed in the top tier and serves from there
+        assert values(m) == [0.0] and m.usage.by_tier == {"top": BS}
+    assert (cache.stats()["write_errors"], cache.stats()["lost"]) == (0, 0)
     cache.close()
 
 
