@@ -12,6 +12,7 @@ import pytest
 
 from ctxcache import ContextCache
 from ctxcache.engine import core
+from ctxcache.engine.tenancy import InvalidSaltError
 
 from .tenancy_util import BS, ask, cache_with, payloads, prompt_of, tier_of
 
@@ -105,3 +106,16 @@ def test_a_second_close_does_nothing(tmp_path):
     cache.close()
     assert len(disk) == 0 and cache.stats()["pending_moves"] == 0
     assert not [t.name for t in set(threading.enumerate()) - before]  # no mover started again
+
+
+def test_a_cache_salt_without_tenants_narrows_sharing():
+    """vLLM's per-request cache_salt: requests share blocks only under the same salt."""
+    cache = ContextCache.from_config({"block_size": BS})
+    toks = prompt_of(1)
+    salted = cache.prompt(toks, "default", cache_salt="s1")
+    cache.store(salted, payloads(toks), "default", 0)
+    for salt, hit in (("s1", 4 * BS), ("s2", 0), (None, 0)):
+        with cache.lookup(cache.prompt(toks, "default", cache_salt=salt)) as m:
+            assert m.hit_tokens == hit, salt
+    with pytest.raises(InvalidSaltError, match="cache_salt must be"):
+        cache.prompt(toks, "default", cache_salt="no spaces allowed")
