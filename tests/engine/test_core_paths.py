@@ -119,3 +119,21 @@ def test_a_cache_salt_without_tenants_narrows_sharing():
             assert m.hit_tokens == hit, salt
     with pytest.raises(InvalidSaltError, match="cache_salt must be"):
         cache.prompt(toks, "default", cache_salt="no spaces allowed")
+
+
+def test_one_ram_tier_of_encoded_blocks_loses_and_repairs_a_corrupt_block(tmp_path):
+    """The one-tier fast path is for live objects only: encoded blocks can be corrupt, and a
+    corrupt one must be marked lost (and pruned) so that the next store replaces it, not left
+    indexed as cached: a miss forever."""
+    warm = tier_of("memory-warm", tmp_path)
+    cache = ContextCache([warm], block_size=BS)
+    toks = prompt_of(1, n_blocks=2)
+    cache.store(toks, payloads(toks), "default", 0)
+    with cache.lookup(toks) as m:
+        key = m.keys[1]
+    blob = bytearray(warm.get_blob(key) or b"")
+    blob[-1] ^= 0xFF
+    warm.put_blob(key, bytes(blob))
+    assert ask(cache, "default", toks) == BS  # block 1 unreadable: a miss, and stored again
+    assert cache.stats()["lost"] == 1 and warm.corrupt == 1
+    assert ask(cache, "default", toks) == 2 * BS
