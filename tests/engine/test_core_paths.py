@@ -56,7 +56,7 @@ def _sweepers(cache: ContextCache) -> list[threading.Thread]:
 
 def test_the_sweeper_reclaims_expired_blocks_on_its_own(tmp_path, clock, monkeypatch):
     monkeypatch.setattr(core, "SWEEP_EVERY_S", 0.02)
-    cache = cache_with([tier_of("memory", tmp_path)], {"a": {"ttl": "10s"}, "b": {}}, clock=clock)
+    cache = cache_with([tier_of("memory", tmp_path)], {"a": {"ttl": "10s"}, "b": {"ttl": "1h"}}, clock=clock)
     assert [t.name for t in _sweepers(cache)] == ["ctxcache-ttl-sweeper"]
     ask(cache, "a", prompt_of(1))
     clock.advance(11)  # nobody calls sweep(): the thread does
