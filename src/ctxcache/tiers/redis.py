@@ -37,15 +37,18 @@ try:
     import redis as _redis
     from redis.backoff import NoBackoff
     from redis.cluster import RedisCluster
-    from redis.exceptions import ClusterError, RedisClusterException
+    from redis.exceptions import AskError, ClusterError, RedisClusterException
     from redis.exceptions import ConnectionError as _ConnErr
     from redis.exceptions import TimeoutError as _TimeoutErr
     from redis.retry import Retry
 
     # Errors that mean "the server is not reachable" (others, like OOM refusals, fail one call).
     _DOWN: tuple[type[BaseException], ...] = (_ConnErr, _TimeoutErr, ClusterError, RedisClusterException, OSError)
+    # A MOVED or ASK reply (MovedError subclasses AskError). Matched by type: redis-py strips the
+    # "MOVED" word from the message, so its text starts with the slot number.
+    _REDIRECT: tuple[type[BaseException], ...] = (AskError,)
 except ImportError:  # reported when a redis tier is configured; the rest of ctxcache runs without it
-    _redis, _DOWN = None, (OSError,)
+    _redis, _DOWN, _REDIRECT = None, (OSError,), ()
 
 SCAN_BATCH = 256  # keys whose headers are read in one pipeline
 HEAD_GUESS = 4096  # bytes read first from each blob: the whole header of typical blocks
@@ -242,7 +245,7 @@ class RedisTier(BlobTier):
                 res = self._run_pipeline(client.get_redis_connection(node), [todo[i] for i in idxs])
                 for i, r in zip(idxs, res):
                     out[i] = r
-            if any(isinstance(r, Exception) and str(r).startswith(("MOVED", "ASK")) for r in out):
+            if any(isinstance(r, _REDIRECT) for r in out):
                 client.nodes_manager.initialize()
             return out
         except Exception as exc:  # noqa: BLE001 - redis-py and socket errors alike
