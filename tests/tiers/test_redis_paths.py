@@ -1,0 +1,36 @@
+"""RedisTier stats mutation testing found unchecked: each failed round trip counts one error, and
+the URL that stats report carries no credentials."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ctxcache.tiers import BlockMeta, RedisTier
+from tests.conftest import free_port
+
+KEYS = [bytes([i]) * 16 for i in range(3)]
+TOKENS = np.arange(4, dtype="<i4").tobytes()
+
+
+def test_a_dead_server_counts_one_error_then_is_skipped(redis_factory):
+    server = redis_factory()
+    t = RedisTier(1 << 20, url=server.url, retry_interval=60)
+    assert t.wait_ready()
+    t.put(KEYS[0], b"v", BlockMeta(TOKENS))
+    assert t.stats()["errors"] == 0
+    server.kill()
+    assert t.load_many(KEYS[:2], [TOKENS] * 2) == [None, None]
+    assert not t.healthy and t.stats()["errors"] == 1
+    assert t.load_many(KEYS[:2], [TOKENS] * 2) == [None, None]  # skipped: no second error
+    assert t.stats()["errors"] == 1
+    t.close()
+
+
+def test_stats_show_where_the_server_is_but_not_the_password():
+    port = free_port()  # nothing listens: stats need no server
+    t = RedisTier(1 << 20, url=f"redis://user:s3cret@127.0.0.1:{port}/2", retry_interval=60)
+    stats = t.stats()
+    assert stats["url"] == f"redis://127.0.0.1:{port}"
+    assert "s3cret" not in repr(stats) and "user" not in repr(stats)
+    assert stats["errors"] == 0 and stats["reconnects"] == 0 and not stats["healthy"]
+    t.close()
