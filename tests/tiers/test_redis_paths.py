@@ -3,6 +3,8 @@ the URL that stats report carries no credentials."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from ctxcache.tiers import BlockMeta, RedisTier
@@ -33,4 +35,19 @@ def test_stats_show_where_the_server_is_but_not_the_password():
     assert stats["url"] == f"redis://127.0.0.1:{port}"
     assert "s3cret" not in repr(stats) and "user" not in repr(stats)
     assert stats["errors"] == 0 and stats["reconnects"] == 0 and not stats["healthy"]
+    t.close()
+
+
+def test_a_saturated_bloom_filter_is_rebuilt_at_once(redis_url):
+    # Sized for 10 keys, it soon holds more: its false "maybe"s (each a round trip) grow with every
+    # key. It must not wait for the periodic refresh (5 minutes here) to be sized up.
+    t = RedisTier(1 << 24, url=redis_url, prefix="sat:", bloom_items=10, bloom_refresh=300, retry_interval=0.05)
+    assert t.wait_ready() and t.filter is not None
+    keys = [i.to_bytes(2, "big") * 8 for i in range(30)]
+    assert t.put_blobs([(k, t.codec.encode(b"v", k, TOKENS)) for k in keys]) == [True] * len(keys)
+    deadline = time.monotonic() + 2
+    while t.filter.saturated and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not t.filter.saturated and t.filter.count == len(keys)
+    assert t.might_contain_many(keys) == [True] * len(keys)
     t.close()

@@ -28,8 +28,9 @@ class KeyFilter:
     def __init__(self, expected: int = 1_000_000, fpr: float = 0.01) -> None:
         if not 0.0 < fpr < 1.0 or expected < 1:
             raise ValueError(f"Bloom filter needs expected >= 1 and 0 < fpr < 1, got {expected}, {fpr}")
-        self.expected, self.fpr = expected, fpr
+        self.expected, self.fpr = expected, fpr  # expected: the size of the next rebuild's filter
         self._bloom = _bloom(expected, fpr)
+        self._capacity = expected  # keys the current filter was sized for
         self.count = 0  # keys added since the last rebuild, plus the keys it was built from
         self.ready = False  # False until the first rebuild: then every key is a "maybe"
         self.checks = 0
@@ -73,12 +74,13 @@ class KeyFilter:
             if n > expected:  # more keys than the hint: size up for next time
                 self.expected = 2 * n
             self._bloom, self.count, self.ready = fresh, n + len(during), True
+            self._capacity = expected
         return n
 
     @property
     def saturated(self) -> bool:
         """More keys than it was sized for: false positives are above ``fpr``; rebuild soon."""
-        return self.count > self.expected
+        return self.count > self._capacity
 
     def stats(self) -> dict[str, Any]:
         return {"keys": self.count, "checks": self.checks, "skipped": self.skipped, "ready": self.ready}

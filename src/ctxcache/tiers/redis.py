@@ -307,6 +307,8 @@ class RedisTier(BlobTier):
                 self._charge(kb, len(blob))
                 if self.filter is not None:
                     self.filter.add(kb)
+        if self.filter is not None and self.filter.saturated:
+            self._wake.set()  # more keys than it was sized for: rebuild (larger) now, not at the next refresh
         return ok
 
     def put_blob(self, key: Hashable, blob: bytes) -> int:
