@@ -44,3 +44,12 @@ def test_owners_of_blocks_found_on_start(tmp_path):
     assert again.tenant_of(KEYS[1]) == b""  # unknown: the engine charges it to no tenant
     assert again.tenant_of(KEYS[2]) == b""  # not held at all
     again.close()
+
+
+def test_options_reach_the_blob_tier(tmp_path):
+    t = DiskTier(1 << 20, "fifo", path=tmp_path, name="ssd", codec="fp16", compression="zstd", high=0.9, low=0.5)
+    assert (t.name, t.policy_spec, t.high, t.low) == ("ssd", "fifo", 0.9, 0.5)
+    assert t.codec is not None and (t.codec.mode, t.codec.compression) == ("fp16", "zstd")
+    assert t.put(KEYS[0], [np.ones(1024, np.float32)], BlockMeta(TOKENS)) < 1024  # 4 KiB, compressed
+    assert float(t.get(KEYS[0])[0][0]) == 1.0
+    t.close()
