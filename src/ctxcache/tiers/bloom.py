@@ -2,7 +2,8 @@
 miss costs no round trip.
 
 It can say "maybe" for a key that is gone (deleted, expired) and cannot forget keys, so it is
-rebuilt from a full key scan at start, after a reconnect and periodically; in between, keys that
+rebuilt from a full key scan at start, after a reconnect, periodically, and as soon as it holds
+more keys than it was sized for (``saturated``); in between, keys that
 other processes write are added only by that rebuild (until then they read as misses, which is
 safe). ``rebuild`` swaps in a new filter in one assignment, so readers never see a half-built one.
 """

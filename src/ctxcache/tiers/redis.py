@@ -12,7 +12,7 @@ call at once (misses, refused writes) and a background thread retries the connec
 Accounting is local (BlobTier's key -> size index): ``used_bytes`` counts the blocks this process wrote or found and is charging
 for, which is what ``capacity`` bounds; blocks other processes keep alive are theirs to evict, and
 TTLs and the server's maxmemory policy bound the whole store. A Bloom filter over the prefix's
-keys (rebuilt by SCAN at connect and every ``bloom_refresh`` seconds, see bloom.py) answers "surely
+keys (rebuilt by SCAN at connect, every ``bloom_refresh`` seconds and when it fills, see bloom.py) answers "surely
 absent" without a round trip.
 """
 
