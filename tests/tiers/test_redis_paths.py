@@ -51,3 +51,24 @@ def test_a_saturated_bloom_filter_is_rebuilt_at_once(redis_url):
     assert not t.filter.saturated and t.filter.count == len(keys)
     assert t.might_contain_many(keys) == [True] * len(keys)
     t.close()
+
+
+def test_a_server_that_refuses_scan_is_not_asked_again_at_every_write(redis_factory):
+    # A full filter is rebuilt at once, but only while scans work: where SCAN is refused (an ACL),
+    # each write batch must not add a failing SCAN; the periodic refresh tries again.
+    server = redis_factory()
+    server.client().execute_command("ACL", "SETUSER", "noscan", "on", "nopass", "~*", "+@all", "-scan")
+    url = f"redis://noscan@127.0.0.1:{server.port}/0"
+    t = RedisTier(1 << 24, url=url, prefix="ns:", bloom_items=10, retry_interval=0.05)
+    deadline = time.monotonic() + 2
+    while t.errors == 0 and time.monotonic() < deadline:  # the first rebuild's SCAN is refused
+        time.sleep(0.01)
+    assert t.errors == 1 and t.healthy
+    for i in range(20):
+        k = i.to_bytes(2, "big") * 8
+        assert t.put_blobs([(k, t.codec.encode(b"v", k, TOKENS))]) == [True]
+        time.sleep(0.01)
+    assert t.filter is not None and t.filter.saturated
+    time.sleep(0.2)
+    assert t.errors == 1 and t.healthy
+    t.close()

@@ -91,6 +91,7 @@ class RedisTier(BlobTier):
         self._client: Any = None
         self._healthy = False
         self.errors = self.reconnects = self.round_trips = 0
+        self._scan_failed = False  # the last filter rebuild failed: no early rebuilds until one works
         self._stop, self._wake = threading.Event(), threading.Event()
         self._connect()  # once, synchronously: a server that is up is usable from the first call
         self._thread = threading.Thread(target=self._run, name=f"ctxcache-redis-{self.name}", daemon=True)
@@ -137,7 +138,7 @@ class RedisTier(BlobTier):
                     continue
                 self.reconnects += 1
                 rebuild_due = 0.0
-            if time.monotonic() >= rebuild_due or (self.filter is not None and self.filter.saturated):
+            if time.monotonic() >= rebuild_due or self._full():
                 self._rebuild_filter()
                 rebuild_due = time.monotonic() + self.bloom_refresh
             self._wake.wait(min(self.bloom_refresh, max(0.01, rebuild_due - time.monotonic())))
@@ -150,8 +151,14 @@ class RedisTier(BlobTier):
         n = len(self.prefix)
         try:
             self.filter.rebuild((k[n:] for k in self._client.scan_iter(match=pattern, count=1000)), len(self._sizes))
+            self._scan_failed = False
         except Exception as exc:  # noqa: BLE001
+            self._scan_failed = True  # e.g. SCAN refused by an ACL: only the periodic refresh retries
             self._fail(exc)
+
+    def _full(self) -> bool:
+        """The filter holds more keys than it was sized for and a rebuild may fix that now."""
+        return self.filter is not None and self.filter.saturated and not self._scan_failed
 
     def _pattern(self) -> bytes:
         return re.sub(rb"([*?\[\]\\])", rb"\\\1", self.prefix) + b"*"
@@ -307,7 +314,7 @@ class RedisTier(BlobTier):
                 self._charge(kb, len(blob))
                 if self.filter is not None:
                     self.filter.add(kb)
-        if self.filter is not None and self.filter.saturated:
+        if self._full():
             self._wake.set()  # more keys than it was sized for: rebuild (larger) now, not at the next refresh
         return ok
 
