@@ -2,7 +2,8 @@
 miss costs no round trip.
 
 It can say "maybe" for a key that is gone (deleted, expired) and cannot forget keys, so it is
-rebuilt from a full key scan at start, after a reconnect and periodically; in between, keys that
+rebuilt from a full key scan at start, after a reconnect, periodically, and as soon as it holds
+more keys than it was sized for (``saturated``); in between, keys that
 other processes write are added only by that rebuild (until then they read as misses, which is
 safe). ``rebuild`` swaps in a new filter in one assignment, so readers never see a half-built one.
 """
@@ -28,8 +29,9 @@ class KeyFilter:
     def __init__(self, expected: int = 1_000_000, fpr: float = 0.01) -> None:
         if not 0.0 < fpr < 1.0 or expected < 1:
             raise ValueError(f"Bloom filter needs expected >= 1 and 0 < fpr < 1, got {expected}, {fpr}")
-        self.expected, self.fpr = expected, fpr
+        self.expected, self.fpr = expected, fpr  # expected: the size of the next rebuild's filter
         self._bloom = _bloom(expected, fpr)
+        self._capacity = expected  # keys the current filter was sized for
         self.count = 0  # keys added since the last rebuild, plus the keys it was built from
         self.ready = False  # False until the first rebuild: then every key is a "maybe"
         self.checks = 0
@@ -73,12 +75,13 @@ class KeyFilter:
             if n > expected:  # more keys than the hint: size up for next time
                 self.expected = 2 * n
             self._bloom, self.count, self.ready = fresh, n + len(during), True
+            self._capacity = expected
         return n
 
     @property
     def saturated(self) -> bool:
         """More keys than it was sized for: false positives are above ``fpr``; rebuild soon."""
-        return self.count > self.expected
+        return self.count > self._capacity
 
     def stats(self) -> dict[str, Any]:
         return {"keys": self.count, "checks": self.checks, "skipped": self.skipped, "ready": self.ready}

@@ -12,7 +12,7 @@ call at once (misses, refused writes) and a background thread retries the connec
 Accounting is local (BlobTier's key -> size index): ``used_bytes`` counts the blocks this process wrote or found and is charging
 for, which is what ``capacity`` bounds; blocks other processes keep alive are theirs to evict, and
 TTLs and the server's maxmemory policy bound the whole store. A Bloom filter over the prefix's
-keys (rebuilt by SCAN at connect and every ``bloom_refresh`` seconds, see bloom.py) answers "surely
+keys (rebuilt by SCAN at connect, every ``bloom_refresh`` seconds and when it fills, see bloom.py) answers "surely
 absent" without a round trip.
 """
 
@@ -37,15 +37,18 @@ try:
     import redis as _redis
     from redis.backoff import NoBackoff
     from redis.cluster import RedisCluster
-    from redis.exceptions import ClusterError, RedisClusterException
+    from redis.exceptions import AskError, ClusterError, RedisClusterException
     from redis.exceptions import ConnectionError as _ConnErr
     from redis.exceptions import TimeoutError as _TimeoutErr
     from redis.retry import Retry
 
     # Errors that mean "the server is not reachable" (others, like OOM refusals, fail one call).
     _DOWN: tuple[type[BaseException], ...] = (_ConnErr, _TimeoutErr, ClusterError, RedisClusterException, OSError)
+    # A MOVED or ASK reply (MovedError subclasses AskError). Matched by type: redis-py strips the
+    # "MOVED" word from the message, so its text starts with the slot number.
+    _REDIRECT: tuple[type[BaseException], ...] = (AskError,)
 except ImportError:  # reported when a redis tier is configured; the rest of ctxcache runs without it
-    _redis, _DOWN = None, (OSError,)
+    _redis, _DOWN, _REDIRECT = None, (OSError,), ()
 
 SCAN_BATCH = 256  # keys whose headers are read in one pipeline
 HEAD_GUESS = 4096  # bytes read first from each blob: the whole header of typical blocks
@@ -88,6 +91,7 @@ class RedisTier(BlobTier):
         self._client: Any = None
         self._healthy = False
         self.errors = self.reconnects = self.round_trips = 0
+        self._scan_failed = False  # the last filter rebuild failed: no early rebuilds until one works
         self._stop, self._wake = threading.Event(), threading.Event()
         self._connect()  # once, synchronously: a server that is up is usable from the first call
         self._thread = threading.Thread(target=self._run, name=f"ctxcache-redis-{self.name}", daemon=True)
@@ -134,7 +138,7 @@ class RedisTier(BlobTier):
                     continue
                 self.reconnects += 1
                 rebuild_due = 0.0
-            if time.monotonic() >= rebuild_due or (self.filter is not None and self.filter.saturated):
+            if time.monotonic() >= rebuild_due or self._full():
                 self._rebuild_filter()
                 rebuild_due = time.monotonic() + self.bloom_refresh
             self._wake.wait(min(self.bloom_refresh, max(0.01, rebuild_due - time.monotonic())))
@@ -147,8 +151,14 @@ class RedisTier(BlobTier):
         n = len(self.prefix)
         try:
             self.filter.rebuild((k[n:] for k in self._client.scan_iter(match=pattern, count=1000)), len(self._sizes))
+            self._scan_failed = False
         except Exception as exc:  # noqa: BLE001
+            self._scan_failed = True  # e.g. SCAN refused by an ACL: only the periodic refresh retries
             self._fail(exc)
+
+    def _full(self) -> bool:
+        """The filter holds more keys than it was sized for and a rebuild may fix that now."""
+        return self.filter is not None and self.filter.saturated and not self._scan_failed
 
     def _pattern(self) -> bytes:
         return re.sub(rb"([*?\[\]\\])", rb"\\\1", self.prefix) + b"*"
@@ -242,7 +252,7 @@ class RedisTier(BlobTier):
                 res = self._run_pipeline(client.get_redis_connection(node), [todo[i] for i in idxs])
                 for i, r in zip(idxs, res):
                     out[i] = r
-            if any(isinstance(r, Exception) and str(r).startswith(("MOVED", "ASK")) for r in out):
+            if any(isinstance(r, _REDIRECT) for r in out):
                 client.nodes_manager.initialize()
             return out
         except Exception as exc:  # noqa: BLE001 - redis-py and socket errors alike
@@ -304,6 +314,8 @@ class RedisTier(BlobTier):
                 self._charge(kb, len(blob))
                 if self.filter is not None:
                     self.filter.add(kb)
+        if self._full():
+            self._wake.set()  # more keys than it was sized for: rebuild (larger) now, not at the next refresh
         return ok
 
     def put_blob(self, key: Hashable, blob: bytes) -> int:

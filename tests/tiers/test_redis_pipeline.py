@@ -1,0 +1,97 @@
+"""RedisTier round trips: a batch is one pipeline, one command's error spoils only its own
+answer, and in a Cluster a slot that moved to another master is followed after one miss (the
+tier refreshes its topology on a MOVED reply instead of missing on that slot forever)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from ctxcache.tiers import BlockMeta, RedisTier
+
+KEYS = [bytes([i]) * 16 for i in range(40)]
+TOKENS = np.arange(4, dtype="<i4").tobytes()
+
+
+def test_a_batch_is_one_round_trip(redis_url):
+    t = RedisTier(1 << 24, url=redis_url, prefix="rt:", retry_interval=0.05)
+    assert t.wait_ready()
+    before = t.round_trips
+    assert t.put_blobs([(k, t.codec.encode(b"v", k, TOKENS)) for k in KEYS]) == [True] * len(KEYS)
+    assert t.round_trips == before + 1
+    assert all(b is not None for b in t.load_many(KEYS, [TOKENS] * len(KEYS)))
+    assert t.round_trips == before + 2 and t.stats()["round_trips"] == before + 2
+    t.close()
+
+
+def test_one_commands_error_spoils_only_its_own_answer(redis_url, redis_server):
+    t = RedisTier(1 << 24, url=redis_url, prefix="we:", retry_interval=0.05)
+    assert t.wait_ready()
+    t.put(KEYS[0], b"good", BlockMeta(TOKENS))
+    redis_server.client().rpush(b"we:" + KEYS[1], b"a list, not a block")  # GET answers WRONGTYPE
+    got = t.load_many(KEYS[:2], [TOKENS] * 2)
+    assert got[0] is not None and got[0].payload == b"good" and got[1] is None
+    assert t.healthy
+    t.close()
+
+
+def _node_id(server) -> str:
+    return server.client().execute_command("CLUSTER", "MYID").decode()
+
+
+def _move_slot(nodes, slot: int, src, dst) -> None:
+    """Move an empty slot from master ``src`` to master ``dst``, the way redis-cli reshards."""
+    sid, did = _node_id(src), _node_id(dst)
+    dst.client().execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", sid)
+    src.client().execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", did)
+    for node in [dst, src, *[n for n in nodes if n not in (src, dst)]]:
+        node.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", did)
+
+
+def _owner(nodes, slot: int, view=None):
+    """The master that owns ``slot`` in one node's view of the cluster (default: the first's)."""
+    for lo, hi, master, *_ in (view or nodes[0]).client().execute_command("CLUSTER", "SLOTS"):
+        if lo <= slot <= hi:
+            return next(n for n in nodes if n.port == int(master[1]))
+    raise AssertionError(f"no owner of slot {slot}")
+
+
+def _agreed(nodes, slot: int, owner) -> None:
+    deadline = time.monotonic() + 5
+    while any(_owner(nodes, slot, n) is not owner for n in nodes):
+        assert time.monotonic() < deadline, "the cluster did not agree on the moved slot"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def moved_slot(redis_cluster) -> Iterator[tuple[bytes, object]]:
+    """A block key whose (empty) slot is moved to another master; moved back afterwards."""
+    nodes = redis_cluster
+    name = b"mv:" + KEYS[7]
+    slot = int(nodes[0].client().execute_command("CLUSTER", "KEYSLOT", name))
+    src = _owner(nodes, slot)
+    dst = next(n for n in nodes if n is not src)
+    yield name, (nodes, slot, src, dst)
+    if _owner(nodes, slot) is dst:
+        dst.client().delete(name)
+        _move_slot(nodes, slot, dst, src)
+    _agreed(nodes, slot, src)
+
+
+def test_a_cluster_tier_follows_a_slot_that_moved(moved_slot):
+    name, (nodes, slot, src, dst) = moved_slot
+    t = RedisTier(1 << 24, url=nodes[0].url.rsplit("/", 1)[0], cluster=True, prefix="mv:", retry_interval=0.05)
+    assert t.wait_ready()
+    _move_slot(nodes, slot, src, dst)
+    _agreed(nodes, slot, dst)
+    blob = t.codec.encode(b"moved", KEYS[7], TOKENS)
+    first = t.put_blobs([(KEYS[7], blob)])  # the tier still sends it to the old owner: MOVED
+    assert first == [False] and t.healthy
+    assert t.put_blobs([(KEYS[7], blob)]) == [True]  # topology refreshed: the new owner takes it
+    assert dst.client().get(name) == blob
+    got = t.load_many([KEYS[7]], [TOKENS])[0]
+    assert got is not None and got.payload == b"moved"
+    t.close()
