@@ -55,3 +55,16 @@ def test_a_blocks_count_halves_per_half_life_of_idle_time(half_life, want):
     clock.advance(20.0)  # two half-lives idle
     p.on_hit("a")  # 1 x 0.5^2 + 1, or 1 + 1 without decay
     assert p._meta["a"][2] == pytest.approx(want)
+
+
+def test_a_hit_on_a_private_history_gets_its_own_class():
+    # shared_count 2: a request whose deepest hit block had been used fewer than 2 times continues
+    # a private history, not a shared prompt, and its blocks are classed apart (classes 4-7).
+    p = PrefixAware(clock=FakeClock(), shared_count=2)  # max_count 4: classes 0-3 and 4-7
+    p.on_insert("a")  # no hit in the request: class of count 1 among the shared ones
+    assert p._meta["a"][0] == 0
+    p.on_hit("a")  # deepest hit used once before: private; count 2
+    assert p._meta["a"][0] == 4 + 1
+    p.on_hit("a")  # used twice before: shared from now on; count 3
+    assert p._meta["a"][0] == 2
+    assert p.evict() == "a"
