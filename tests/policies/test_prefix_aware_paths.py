@@ -68,3 +68,27 @@ def test_a_hit_on_a_private_history_gets_its_own_class():
     p.on_hit("a")  # used twice before: shared from now on; count 3
     assert p._meta["a"][0] == 2
     assert p.evict() == "a"
+
+
+def test_blocks_refused_once_are_candidates_again_when_allowed():
+    # Without an index to say when a block becomes a leaf again, evict requeues every block once
+    # it finds nothing queued: a veto (a pin) that is lifted must not hide blocks forever.
+    clock = FakeClock()
+    p = PrefixAware(clock=clock)
+    for k in "abc":
+        p.on_insert(k)
+        clock.advance(1)
+    assert p.evict(lambda k: False) is None and len(p) == 3
+    assert [p.evict(), p.evict(lambda k: k != "b"), p.evict()] == ["a", "c", "b"]
+
+
+def test_peek_names_what_evict_takes_past_refused_blocks():
+    # peek stopped at each class's first refused block: None, or a younger class's head.
+    clock = FakeClock()
+    p = PrefixAware(clock=clock)
+    for k in "abc":
+        p.on_insert(k)
+        clock.advance(1)
+    assert p.peek(lambda k: k != "a") == "b"
+    assert p.evict(lambda k: False) is None
+    assert p.peek() == "a" == p.evict()  # after refusing all, evict requeues every block
