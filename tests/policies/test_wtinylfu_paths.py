@@ -39,3 +39,23 @@ def test_counters_halve_again_after_the_next_32_mn_main_hits():
     assert p.estimate(50) == first + period - 1  # the count starts again at 0 after a halving
     p.on_hit(50)
     assert p.estimate(50) == (first + period) // 2
+
+
+def test_slru_weights_split_main_in_their_ratio():
+    # slru (2, 3): probation Mn * 2 // 5, protected Mn * 3 // 5; keys fill probation first.
+    p = WTinyLFU(capacity=100, slru=(2, 3))  # Mn 99: probation 39, protected 59
+    for k in range(100):
+        p.on_insert(k)
+    p.evict()  # the window moves into main
+    segs = [p.segment_of(k) for k in range(99)]
+    assert segs[:39] == ["probation"] * 39 and segs[39:98] == ["protected"] * 59
+
+
+def test_a_veto_on_mains_victim_leaves_admission_to_the_sketch():
+    # Main's LRU key is pinned: the next allowed main key is the one the window key must beat.
+    p = warm()
+    p.on_insert(500)  # cold: estimate 1, against 2 for every main key
+    assert p.evict(lambda k: k != 0) == 500  # rejected, as without a veto
+    assert 0 in p and 1 in p
+    p.on_insert(600)
+    assert p.evict() == 600 and p.peek(lambda k: k != 0) == 1
