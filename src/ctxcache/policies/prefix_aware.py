@@ -225,7 +225,7 @@ class PrefixAware(Policy):
     def on_remove(self, key: Key) -> None:
         self._meta.pop(key, None)
 
-    def _head(self, c: int, now: float, can_evict: CanEvict, pop_refused: bool) -> _Head | None:
+    def _head(self, c: int, now: float, can_evict: CanEvict) -> _Head | None:
         """Class c's oldest allowed leaf, stale heap entries dropped on the way."""
         heap, meta_of = self._heaps[c], self._meta
         while heap:
@@ -235,14 +235,24 @@ class PrefixAware(Policy):
                 heapq.heappop(heap)  # stale: touched, moved or gone since
                 continue
             if can_evict is not None and not can_evict(key):
-                if not pop_refused:
-                    return None
                 heapq.heappop(heap)  # an interior or pinned block: requeued when it is a leaf
                 meta[4] = 0
                 continue
-            if not self._learned:
-                return (0.0, last, seq, key, c)
-            return (self._hd[c][_bin(now - last)] * (1.0 + self.cost_weight * meta[3]), last, seq, key, c)
+            return self._valued(c, now, last, seq, key, meta[3])
+        return None
+
+    def _valued(self, c: int, now: float, last: float, seq: int, key: Key, depth: int) -> _Head:
+        if not self._learned:
+            return (0.0, last, seq, key, c)
+        return (self._hd[c][_bin(now - last)] * (1.0 + self.cost_weight * depth), last, seq, key, c)
+
+    def _peek_head(self, c: int, now: float, can_evict: CanEvict) -> _Head | None:
+        """Class c's head as ``evict`` finds it (past refused blocks, which it drops), heap untouched."""
+        meta_of = self._meta
+        for last, seq, key in sorted(self._heaps[c]):  # a scan: peek is not on a hot path
+            meta = meta_of.get(key)
+            if meta is not None and meta[4] == seq and (can_evict is None or can_evict(key)):
+                return self._valued(c, now, last, seq, key, meta[3])
         return None
 
     def _choose(self, live: list[_Head]) -> _Head:
@@ -254,7 +264,13 @@ class PrefixAware(Policy):
         if self._pending:
             self._flush()
         now = self.clock()
-        live = [h for c in range(len(self._heaps)) if (h := self._head(c, now, can_evict, False))]
+        live = [h for c in range(len(self._heaps)) if (h := self._peek_head(c, now, can_evict))]
+        if not live:  # evict would requeue every block in _meta's order and try once more
+            heads: dict[int, _Head] = {}
+            for seq, (key, m) in enumerate(self._meta.items()):
+                if (can_evict is None or can_evict(key)) and (m[0] not in heads or m[1] < heads[m[0]][1]):
+                    heads[m[0]] = self._valued(m[0], now, m[1], seq, key, m[3])
+            live = list(heads.values())
         return self._choose(live)[3] if live else None
 
     def evict(self, can_evict: CanEvict = None) -> Key | None:
@@ -270,7 +286,7 @@ class PrefixAware(Policy):
         requeued = False
         while True:
             for c in dirty:
-                heads[c] = self._head(c, now, can_evict, True)
+                heads[c] = self._head(c, now, can_evict)
             dirty.clear()
             live = [h for h in heads if h is not None]
             if not live:
