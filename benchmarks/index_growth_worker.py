@@ -8,6 +8,12 @@ Workload (the issue's): 16-token blocks, tiny payloads, one store per new prompt
 prompt plus one new block, so each store adds exactly one block), then a lookup of a random earlier
 prompt. Prompts are at most ``MAX_DEPTH`` blocks deep and their tokens are derived from their id, so
 the driver's own memory is a few preallocated arrays, measured before the cache starts to grow.
+
+A noise floor: after each lookup the same driver times an op whose work never varies
+(``constant_work``, a fixed pure-Python loop of about a store's p50, allocating nothing that
+lasts), so its p99.9/p50 is what this machine and interpreter give with no variation in the work.
+Store and lookup latency is also split by prompt depth (1-8 blocks), the part of their spread that
+comes from the work itself.
 """
 
 from __future__ import annotations
@@ -22,11 +28,13 @@ import time
 from typing import Any
 
 import numpy as np
+from index_growth_memory import structure_bytes
 
 BS, MAX_DEPTH, PAYLOAD = 16, 8, b"x"
 STALL_NS = 1_000_000  # ops slower than this (wall) are kept as stalls, with what caused them
 SAT = 2**32 - 1  # per-op arrays are uint32 ns: an op over 4.29 s saturates (stalls keep the exact value)
 TOP = 10
+NOISE_LOOP = 800  # iterations of constant_work: ~20 µs here, about a store's p50
 RSS_LIMIT = int(6.8 * (1 << 30))  # stop early rather than pass the machine's per-process budget
 
 
@@ -125,6 +133,13 @@ class Stalls:
         return [e[2] for e in sorted(self.cpu_heap if by_cpu else self.heap, key=lambda e: -e[0])]
 
 
+def constant_work() -> int:
+    x = 0
+    for i in range(NOISE_LOOP):
+        x += i
+    return x
+
+
 def prompt_tokens(i: int, parent: np.ndarray, base: np.ndarray) -> np.ndarray:
     """Block j's tokens are ``base + BS * j``: a prompt is its ancestors' blocks, root first."""
     path = []
@@ -165,6 +180,29 @@ def summarize(lat: dict[str, np.ndarray], n: int) -> list[dict[str, Any]]:
     return out
 
 
+def by_depth(lat: dict[str, np.ndarray], depths: dict[str, np.ndarray], n: int) -> list[dict[str, Any]]:
+    """Per decade, store and lookup p50/p99.9 (µs) by prompt depth in blocks (1..MAX_DEPTH)."""
+    edges = decade_edges(n)
+    out = []
+    for lo, hi in zip(edges, edges[1:]):
+        if hi <= lo:
+            continue
+        row: dict[str, Any] = {"from": lo, "to": hi}
+        for name, a in lat.items():
+            op = name.split("_")[0]
+            if op not in depths:
+                continue
+            d = depths[op][lo:hi]
+            row[name] = {}
+            for blocks in range(1, MAX_DEPTH + 1):
+                sel = a[lo:hi][d == blocks - 1]
+                if len(sel) >= 100:
+                    p = np.percentile(sel, [50, 99.9])
+                    row[name][str(blocks)] = {"p50": round(p[0] / 1e3, 2), "p99.9": round(p[1] / 1e3, 2), "n": len(sel)}
+        out.append(row)
+    return out
+
+
 def progress(i: int, n: int, t_start: float, label: str) -> None:
     frac = i / n
     bar = "#" * int(30 * frac)
@@ -181,7 +219,9 @@ def run(n: int, label: str, seed: int = 0, max_seconds: float = float("inf")) ->
     rng = np.random.default_rng(seed)
     parent = np.full(n, -1, dtype=np.int32)
     depth = np.zeros(n, dtype=np.int8)
-    lat = {k: np.ones(n, dtype=np.uint32) for k in ("store_wall", "store_cpu", "lookup_wall", "lookup_cpu")}
+    look_depth = np.zeros(n, dtype=np.int8)  # depth of the prompt looked up at step i
+    names = ("store_wall", "store_cpu", "lookup_wall", "lookup_cpu", "noise_wall", "noise_cpu")
+    lat = {k: np.ones(n, dtype=np.uint32) for k in names}
     base = np.arange(BS, dtype=np.int32)
     # What a server does once started: collect and freeze what imports and set-up made, so full
     # collections during the run scan only what the run itself keeps (the index's cost, if any).
@@ -192,6 +232,7 @@ def run(n: int, label: str, seed: int = 0, max_seconds: float = float("inf")) ->
     wall, cpu = time.perf_counter_ns, time.thread_time_ns
     rss0 = rss()
     rss_at: dict[int, int] = {}
+    mem_at: dict[int, dict[str, Any]] = {}
     marks = set(decade_edges(n)[1:])
     chunk, t_start, i, stopped = 65536, time.monotonic(), 0, ""
     while i < n:
@@ -212,6 +253,7 @@ def run(n: int, label: str, seed: int = 0, max_seconds: float = float("inf")) ->
             lat["store_wall"][i], lat["store_cpu"][i] = min(w1 - w0, SAT), min(c1 - c0, SAT)
             stalls.note("store", i + 1, w0, w1 - w0, c1 - c0)
             k = int(q * (i + 1))
+            look_depth[i] = depth[k]
             toks = prompt_tokens(k, parent, base)
             c0, w0 = cpu(), wall()
             m = cache.lookup(toks)
@@ -221,11 +263,16 @@ def run(n: int, label: str, seed: int = 0, max_seconds: float = float("inf")) ->
             stalls.note("lookup", i + 1, w0, w1 - w0, c1 - c0)
             if m.hit_tokens != len(toks):
                 raise AssertionError(f"prompt {k} should hit fully: {m.hit_tokens} of {len(toks)} tokens")
+            c0, w0 = cpu(), wall()
+            constant_work()
+            w1, c1 = wall(), cpu()
+            lat["noise_wall"][i], lat["noise_cpu"][i] = min(w1 - w0, SAT), min(c1 - c0, SAT)
             i += 1
             if i in marks or i % 100_000 == 0:
                 now = rss()
                 if i in marks:
                     rss_at[i] = now - rss0
+                    mem_at[i] = structure_bytes(cache)
                 over = now > RSS_LIMIT or time.monotonic() - t_start > max_seconds
                 if over:
                     why = f"RSS {now / 2**30:.2f} GiB" if now > RSS_LIMIT else f"{max_seconds:.0f} s budget"
@@ -233,12 +280,16 @@ def run(n: int, label: str, seed: int = 0, max_seconds: float = float("inf")) ->
                     sys.stderr.write(f"\n{label}: {stopped}\n")
                     n = i
                     rss_at[i] = now - rss0
+                    mem_at[i] = structure_bytes(cache)
                     break
         progress(i, n, t_start, label)
     sys.stderr.write("\n")
     gc.callbacks.remove(gclog)
     assert len(cache._engine.index) == n, "every store should add exactly one block"
     out = report(cache, lat, n, rss_at, stalls, gclog, time.monotonic() - t_start)
+    out["by_depth"] = by_depth({k: v[:n] for k, v in lat.items()}, {"store": depth[:n], "lookup": look_depth[:n]}, n)
+    out["memory_by_structure"] = {str(b): v for b, v in sorted(mem_at.items())}
+    out["noise_op"] = f"constant_work(): a {NOISE_LOOP}-iteration pure-Python loop, timed after each lookup"
     out["stopped_early"] = stopped
     return out
 

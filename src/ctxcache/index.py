@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any
 
-from .shardmap import PRIME, ShardedDict, untrack
+from .shardmap import ShardedDict, index_shard, untrack
 
 
 class Node:
@@ -56,7 +56,7 @@ class RadixIndex:
     """
 
     def __init__(self) -> None:
-        self._nodes: ShardedDict[Hashable, Node] = ShardedDict()
+        self._nodes: ShardedDict[Hashable, Node] = ShardedDict(index_shard)
         self._shards = self._nodes.shards
         self._len = 0
         self._watchers: list[Callable[[Hashable, bool], None]] = []
@@ -76,13 +76,13 @@ class RadixIndex:
         return self._len
 
     def __contains__(self, key: object) -> bool:
-        return key in self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME]
+        return key in self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % 251]
 
     def __iter__(self) -> Iterator[Node]:
         return iter([n for shard in self._shards for n in shard.values()])
 
     def get(self, key: Hashable) -> Node | None:
-        return self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME].get(key)
+        return self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % 251].get(key)
 
     @property
     def getter(self) -> Callable[[Hashable], Node | None]:
@@ -90,14 +90,14 @@ class RadixIndex:
 
     @property
     def shards(self) -> list[dict[Hashable, Node]]:
-        """The node maps, by ``shardmap.shard_index``: the lookup walk indexes them inline."""
+        """The node maps, by ``shardmap.index_shard``: the lookup walk indexes them inline."""
         return self._shards
 
     def match(self, chain: Iterable[tuple[Hashable, bytes]]) -> list[Node]:
         """Nodes of the longest verified prefix of a request's (key, token bytes) chain."""
         out: list[Node] = []
         for key, data in chain:
-            node = self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME].get(key)
+            node = self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % 251].get(key)
             if node is None or node.tokens != data:
                 break
             out.append(node)
@@ -105,13 +105,11 @@ class RadixIndex:
 
     def insert(self, key: Hashable, parent: Hashable, tokens: bytes, depth: int, tag: Any = None) -> Node:
         """Add a block under ``parent`` (a block key, or the namespace root when depth is 0)."""
-        shard = self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME]
+        shard = self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % 251]
         if key in shard:
             raise KeyError("block already indexed")
         if depth > 0:
-            pnode = self._shards[parent[-1] if parent.__class__ is bytes and parent else hash(parent) % PRIME].get(
-                parent
-            )
+            pnode = self._shards[parent[-1] if parent.__class__ is bytes and parent else hash(parent) % 251].get(parent)
             if pnode is None:
                 raise KeyError("parent block is not indexed: a chain is inserted from its root")
             pnode.children += 1
@@ -131,7 +129,7 @@ class RadixIndex:
 
     def remove(self, key: Hashable) -> Node:
         """Remove an unpinned leaf and return it."""
-        shard = self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME]
+        shard = self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % 251]
         node = shard[key]
         if node.children or node.pins:
             raise ValueError(f"cannot remove {node!r}: only unpinned leaves leave the index")
@@ -141,7 +139,7 @@ class RadixIndex:
             self._became(key, False)
         if node.depth > 0:
             pnode = self._shards[
-                node.parent[-1] if node.parent.__class__ is bytes and node.parent else hash(node.parent) % PRIME
+                node.parent[-1] if node.parent.__class__ is bytes and node.parent else hash(node.parent) % 251
             ][node.parent]
             pnode.children -= 1
             if pnode.children == 0 and pnode.pins == 0 and self._watchers:
@@ -151,7 +149,7 @@ class RadixIndex:
     def _indexed(self, node: Node) -> bool:
         """``node`` itself (not a removed node whose key was indexed again) is in the index."""
         return (
-            self._shards[node.key[-1] if node.key.__class__ is bytes and node.key else hash(node.key) % PRIME].get(
+            self._shards[node.key[-1] if node.key.__class__ is bytes and node.key else hash(node.key) % 251].get(
                 node.key
             )
             is node
@@ -173,11 +171,11 @@ class RadixIndex:
 
     def is_evictable(self, key: Hashable) -> bool:
         """True for an unpinned leaf: the only kind of block that may leave the index."""
-        node = self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME].get(key)
+        node = self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % 251].get(key)
         return node is not None and not node.children and not node.pins
 
     def is_unpinned(self, key: Hashable) -> bool:
-        node = self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME].get(key)
+        node = self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % 251].get(key)
         return node is not None and node.pins == 0
 
     def evictable(self) -> list[Hashable]:

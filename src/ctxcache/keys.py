@@ -180,7 +180,8 @@ class BlockHasher:
         shards: Sequence[Mapping[Any, S]] | None = None,
     ) -> list[S]:
         """The longest prefix of blocks found (by ``get``, or in ``shards``: a sharded map's dicts,
-        picked by a key's last byte) with equal stored token bytes.
+        picked by a key's last byte: ``shardmap.index_shard`` of a bytes key) with equal stored token
+        bytes.
 
         This is every lookup's hot loop: it stops at the first miss (a cold lookup hashes one
         block), reuses keys the prompt already knows, and compares a stored block with the

@@ -1,17 +1,26 @@
-"""ShardedDict: a dict split into ``NSHARDS`` plain dicts by key hash, so no insert pays O(n).
+"""ShardedDict: a dict split into ``NSHARDS`` plain dicts by key, so no insert pays O(n).
 
 A Python dict grows by rebuilding its whole table: at 10 million keys one insert copies every
 entry (hundreds of ms, and the index, the memory tier, the slot and the policy all hold a map of
-every block, which grow in step and resize on the same insert). Split 251 ways, a resize copies
-1/251 of the keys, and the shards reach their thresholds at different inserts.
+every block, which grow in step and resize on the same insert). Split 256 ways, a resize copies
+1/256 of the keys.
 
-The shard (``shard_index``) of a bytes key is its last byte: block keys are 16-byte hashes, so it
-is uniform, and ``key[-1]`` costs a third of ``hash(key) % n``. Their dict hash (siphash of the
-bytes) is independent of that byte, so one shard's keys still spread over its table. Any other
-key goes to ``hash(key) % 251``: a prime, so a shard's keys differ in the low hash bits where a
-dict starts probing (``& 255`` would give them all the same first probe). Hot paths (the lookup
-walk, the memory tier, the LRU) inline the same expression to skip a Python call; everything
-else goes through the mapping methods.
+Each owner's map picks shards by its own selector: the index by a bytes key's last byte, the
+memory tier by the one before, the slot's owners by the third from the end, the LRU/FIFO order
+by the fourth. Block keys are 16-byte hashes, so each byte is uniform and independent of the
+others: with one shared selector, shard ``s`` of every map held the same keys, reached a resize
+threshold on the same insert, and four or five maps doubled together (10-18 ms at 2.8 M blocks).
+With one byte each, a shard of one map and the shard of another that a key lands in hold
+different, independently drawn counts, so their resizes fall on different inserts. Their dict
+hash (siphash of the bytes) is independent of any one byte, so a shard's keys still spread over
+its table. Indexing a byte costs a third of ``hash(key) % n``.
+
+Any other key goes to ``hash(key) % p``, with a different prime ``p`` per owner (251, 241, 239,
+233): prime, so a shard's keys differ in the low hash bits where a dict starts probing (``& 255``
+would give them all the same first probe), and different, so the owners' partitions differ.
+Hot paths (the lookup walk, the memory tier, the slot, the LRU) inline their owner's expression
+to skip a Python call (tests/test_shardmap.py checks each copy against its owner's function);
+everything else goes through the mapping methods.
 """
 
 from __future__ import annotations
@@ -20,12 +29,35 @@ from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, TypeVar, overload
 
 NSHARDS = 256
-PRIME = 251
 
 
-def shard_index(key: object) -> int:
-    """Which of ``NSHARDS`` shards holds ``key`` (inlined in hot paths: keep them in step)."""
-    return key[-1] if key.__class__ is bytes and key else hash(key) % PRIME  # type: ignore[index]
+# One selector per owner of a map of every block. The bodies are the expressions hot paths inline.
+def index_shard(key: object) -> int:
+    """The index's node map (and the lookup walk over it)."""
+    return key[-1] if key.__class__ is bytes and key else hash(key) % 251  # type: ignore[index]
+
+
+def tier_shard(key: object) -> int:
+    """The memory tier's payload and size maps."""
+    return key[-2] if key.__class__ is bytes and len(key) > 1 else hash(key) % 241  # type: ignore[index,arg-type]
+
+
+def owner_shard(key: object) -> int:
+    """The slot's owners map."""
+    return key[-3] if key.__class__ is bytes and len(key) > 2 else hash(key) % 239  # type: ignore[index,arg-type]
+
+
+def order_shard(key: object) -> int:
+    """The LRU/FIFO order's OrderedDicts."""
+    return key[-4] if key.__class__ is bytes and len(key) > 3 else hash(key) % 233  # type: ignore[index,arg-type]
+
+
+SELECTORS: dict[str, Callable[[object], int]] = {
+    "index": index_shard,
+    "tier": tier_shard,
+    "owners": owner_shard,
+    "order": order_shard,
+}
 
 
 K = TypeVar("K")
@@ -58,42 +90,44 @@ untrack = _gc_untracker()
 
 
 class ShardedDict(MutableMapping[K, V]):
-    """A MutableMapping over ``NSHARDS`` dicts. Iteration is shard by shard (no global order)."""
+    """A MutableMapping over ``NSHARDS`` dicts, split by ``pick`` (its owner's selector, which the
+    owner's hot paths inline). Iteration is shard by shard (no global order)."""
 
-    __slots__ = ("shards",)
+    __slots__ = ("shards", "pick")
 
-    def __init__(self) -> None:
+    def __init__(self, pick: Callable[[object], int]) -> None:
         self.shards: list[dict[K, V]] = [{} for _ in range(NSHARDS)]
+        self.pick = pick
 
     def __getitem__(self, key: K) -> V:
-        return self.shards[shard_index(key)][key]
+        return self.shards[self.pick(key)][key]
 
     def __setitem__(self, key: K, value: V) -> None:
-        self.shards[shard_index(key)][key] = value
+        self.shards[self.pick(key)][key] = value
 
     def __delitem__(self, key: K) -> None:
-        del self.shards[shard_index(key)][key]
+        del self.shards[self.pick(key)][key]
 
     def __contains__(self, key: object) -> bool:
-        return key in self.shards[shard_index(key)]
+        return key in self.shards[self.pick(key)]
 
     @overload
     def get(self, key: K) -> V | None: ...
     @overload
     def get(self, key: K, default: V | D) -> V | D: ...
     def get(self, key: K, default: Any = None) -> Any:
-        return self.shards[shard_index(key)].get(key, default)
+        return self.shards[self.pick(key)].get(key, default)
 
     @overload
     def pop(self, key: K) -> V: ...
     @overload
     def pop(self, key: K, default: V | D) -> V | D: ...
     def pop(self, key: K, default: Any = _MISSING) -> Any:
-        shard = self.shards[shard_index(key)]
+        shard = self.shards[self.pick(key)]
         return shard.pop(key) if default is _MISSING else shard.pop(key, default)
 
     def setdefault(self, key: K, default: V = None) -> V:  # type: ignore[assignment]
-        return self.shards[shard_index(key)].setdefault(key, default)
+        return self.shards[self.pick(key)].setdefault(key, default)
 
     def __len__(self) -> int:
         return sum(map(len, self.shards))

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..codec import Codec
 from ..policies import Policy
-from ..shardmap import PRIME, ShardedDict, untrack
+from ..shardmap import ShardedDict, owner_shard, untrack
 from ..tiers import Tier
 
 ORPHAN = ""  # the owner of blocks whose tenant is unknown (left by an earlier run)
@@ -81,7 +81,7 @@ class Slot:
         self.inflow = 0  # bytes of writes queued into this tier
         self.outflow = 0  # bytes of blocks queued to leave it
         # resident key -> (tenant, bytes charged); sharded: no insert rebuilds a table of every block
-        self.owners: ShardedDict[Hashable, tuple[str, int]] = ShardedDict()
+        self.owners: ShardedDict[Hashable, tuple[str, int]] = ShardedDict(owner_shard)
         self._pairs: dict[tuple[str, int], tuple[str, int]] = {}
         self.by_tenant: dict[str, int] = {}  # tenant -> bytes it holds here
         self.quotas: dict[str, int] = {}  # tenant -> byte limit here (tenancy sets it; absent: none)
@@ -114,7 +114,7 @@ class Slot:
         """``key`` is resident: tell the policy, charge its owner (``size`` None: what the tier
         holds for it; a key still charged, re-admitted after a refused eviction, keeps its charge)."""
         self.policy.on_insert(key)
-        if key not in self.owners.shards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME]:
+        if key not in self.owners.shards[key[-3] if key.__class__ is bytes and len(key) > 2 else hash(key) % 239]:
             self.charge(key, self.owner_of(key) if tenant is None else tenant, size)
 
     def admit_chain(
@@ -130,7 +130,7 @@ class Slot:
     def charge(self, key: Hashable, tenant: str, size: int | None) -> None:
         """Charge ``key``'s bytes to ``tenant`` before the policy learns of it (a store places a
         chain first and admits it deepest first after; the quota must see every block at once)."""
-        owners = self.owners.shards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME]
+        owners = self.owners.shards[key[-3] if key.__class__ is bytes and len(key) > 2 else hash(key) % 239]
         if key in owners:
             return
         n = self.tier.nbytes(key) if size is None else size

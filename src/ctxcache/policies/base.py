@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from ..shardmap import NSHARDS, PRIME, untrack
+from ..shardmap import NSHARDS, untrack
 from ..units import Clock
 
 Key = Hashable
@@ -174,10 +174,11 @@ class ScoredPolicy(Policy):
 class OrderedPolicy(Policy):
     """A policy over one global order of keys, victim at the front (LRU, FIFO).
 
-    The order is split into ``NSHARDS`` OrderedDicts by key hash (one OrderedDict of every block
-    rebuilds its table, O(n), at each doubling). Each key carries a stamp (``_tick``), increasing
-    with every insert or move to the back, so each shard is in stamp order and the global front
-    is the shard front with the lowest stamp, found with a heap of ``(front stamp, shard)``.
+    The order is split into ``NSHARDS`` OrderedDicts by ``shardmap.order_shard`` (one OrderedDict
+    of every block rebuilds its table, O(n), at each doubling). Each key carries a stamp
+    (``_tick``), increasing with every insert or move to the back, so each shard is in stamp order
+    and the global front is the shard front with the lowest stamp, found with a heap of
+    ``(front stamp, shard)``.
     A heap entry may be stale (its shard's front was hit or removed since): stamps only grow, so
     a stale entry is older than its shard's real front and is corrected when it surfaces.
     """
@@ -195,7 +196,7 @@ class OrderedPolicy(Policy):
         self._n = 0
 
     def on_insert(self, key: Key) -> None:
-        s = key[-1] if key.__class__ is bytes and key else hash(key) % PRIME
+        s = key[-4] if key.__class__ is bytes and len(key) > 3 else hash(key) % 233
         od = self._shards[s]
         if key in od:
             return  # already resident: it keeps its place
@@ -208,19 +209,22 @@ class OrderedPolicy(Policy):
 
     def _to_back(self, key: Key) -> None:
         """``key`` (resident) moves to the back of the order. KeyError if it is not resident."""
-        od = self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME]
+        od = self._shards[key[-4] if key.__class__ is bytes and len(key) > 3 else hash(key) % 233]
         od.move_to_end(key)
         od[key] = next(self._tick)
 
     def on_remove(self, key: Key) -> None:
-        if self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME].pop(key, None) is not None:
+        if (
+            self._shards[key[-4] if key.__class__ is bytes and len(key) > 3 else hash(key) % 233].pop(key, None)
+            is not None
+        ):
             self._n -= 1
 
     def __len__(self) -> int:
         return self._n
 
     def __contains__(self, key: object) -> bool:
-        return key in self._shards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME]
+        return key in self._shards[key[-4] if key.__class__ is bytes and len(key) > 3 else hash(key) % 233]
 
     def peek(self, can_evict: CanEvict = None) -> Key | None:
         """The next victim without reordering (a scan past refused keys: not for hot paths)."""

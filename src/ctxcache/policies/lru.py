@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..shardmap import PRIME
 from .base import Key, OrderedPolicy
 from .registry import register
 
@@ -19,6 +18,6 @@ class LRU(OrderedPolicy):
     def on_hits(self, keys: Iterable[Key]) -> None:
         shards, tick = self._shards, self._tick
         for key in keys:
-            od = shards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME]
+            od = shards[key[-4] if key.__class__ is bytes and len(key) > 3 else hash(key) % 233]
             od.move_to_end(key)
             od[key] = next(tick)

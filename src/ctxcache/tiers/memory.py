@@ -15,7 +15,7 @@ from typing import Any
 from ..codec import Block, Codec
 from ..errors import ConfigError, CorruptBlockError, PayloadError
 from ..payload import check_payload
-from ..shardmap import PRIME, ShardedDict
+from ..shardmap import ShardedDict, tier_shard
 from .base import NO_META, BlockMeta, Tier, key_bytes
 
 
@@ -74,9 +74,9 @@ class MemoryTier(Tier):
         # Sharded (no insert rebuilds a table of every block). Sizes are stored only where they
         # differ from the first one stored: a model's KV blocks are all the same size, so the
         # usual case is one entry per block (the payload), not two.
-        self._data: ShardedDict[Hashable, Any] = ShardedDict()
+        self._data: ShardedDict[Hashable, Any] = ShardedDict(tier_shard)
         self._dshards = self._data.shards
-        self._sizes: ShardedDict[Hashable, int] = ShardedDict()
+        self._sizes: ShardedDict[Hashable, int] = ShardedDict(tier_shard)
         self._common: int | None = None
 
     def size_of(self, payload: Any) -> int:
@@ -100,7 +100,7 @@ class MemoryTier(Tier):
             return None
 
     def get(self, key: Hashable) -> Any | None:
-        blob = self._dshards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME].get(key)
+        blob = self._dshards[key[-2] if key.__class__ is bytes and len(key) > 1 else hash(key) % 241].get(key)
         if self.codec is None:
             return blob
         block = None if blob is None else self._decode(key, blob)
@@ -109,7 +109,7 @@ class MemoryTier(Tier):
     def get_many(self, keys: Iterable[Hashable]) -> list[Any | None]:
         if self.codec is None:
             shards = self._dshards
-            return [shards[k[-1] if k.__class__ is bytes and k else hash(k) % PRIME].get(k) for k in keys]
+            return [shards[k[-2] if k.__class__ is bytes and len(k) > 1 else hash(k) % 241].get(k) for k in keys]
         return [self.get(k) for k in keys]
 
     def load_many(self, keys: Sequence[Hashable], tokens: Sequence[bytes | None]) -> list[Block | None]:
@@ -140,7 +140,7 @@ class MemoryTier(Tier):
     def _store(self, key: Hashable, value: Any, size: int) -> int:
         if self._common is None:
             self._common = size
-        h = key[-1] if key.__class__ is bytes and key else hash(key) % PRIME
+        h = key[-2] if key.__class__ is bytes and len(key) > 1 else hash(key) % 241
         data, sizes = self._dshards[h], self._sizes.shards[h]
         old = sizes.pop(key, None)
         if old is None:
@@ -152,7 +152,7 @@ class MemoryTier(Tier):
         return size
 
     def delete(self, key: Hashable) -> bool:
-        h = key[-1] if key.__class__ is bytes and key else hash(key) % PRIME
+        h = key[-2] if key.__class__ is bytes and len(key) > 1 else hash(key) % 241
         data = self._dshards[h]
         if key not in data:
             return False
@@ -161,7 +161,7 @@ class MemoryTier(Tier):
         return True
 
     def __contains__(self, key: object) -> bool:
-        return key in self._dshards[key[-1] if key.__class__ is bytes and key else hash(key) % PRIME]
+        return key in self._dshards[key[-2] if key.__class__ is bytes and len(key) > 1 else hash(key) % 241]
 
     def __len__(self) -> int:
         return len(self._data)

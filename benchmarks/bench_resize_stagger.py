@@ -1,0 +1,97 @@
+"""How many inserts resize the shards of several maps at once, one selector for all maps vs one each.
+
+The index, the memory tier, the slot and the LRU/FIFO order each keep a 256-way sharded map of
+every block. A shard's table is rebuilt when an insert finds it full; which insert that is depends
+only on how many keys the shard holds. This counts, for 16-byte random keys inserted one by one up
+to ``--blocks``, the inserts at which 2, 3 or 4 of the maps rebuild a shard, for the old choice
+(every map by ``key[-1]``) and the current one (``shardmap.SELECTORS``: a byte each). The rebuild
+points are read off a real dict and OrderedDict (``sys.getsizeof`` jumps), so this follows the
+interpreter's growth rule; the per-insert arithmetic is numpy. Prints one JSON line, writes
+benchmarks/results/resize_stagger.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ctxcache.shardmap import NSHARDS, SELECTORS
+
+OUT = Path(__file__).resolve().parent / "results" / "resize_stagger.json"
+
+
+def rebuild_points(limit: int) -> tuple[list[int], list[int]]:
+    """Shard sizes (keys after the insert) at which a dict / an OrderedDict rebuilds its table."""
+    out: tuple[list[int], list[int]] = ([], [])
+    for kind, points in zip((dict, OrderedDict), out):
+        d: Any = kind()
+        last = sys.getsizeof(d)
+        for i in range(limit):
+            d[i] = None
+            size = sys.getsizeof(d) - (32 * len(d) if kind is OrderedDict else 0)  # its link nodes
+            if size != last and i > 0:
+                points.append(i + 1)
+            last = size
+    return out
+
+
+def ordinals(shard: np.ndarray) -> np.ndarray:
+    """For each insert, how many keys its shard holds after it (1 for the shard's first key)."""
+    order = np.argsort(shard, kind="stable")
+    counts = np.bincount(shard, minlength=NSHARDS)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    ranks = np.empty_like(order)
+    ranks[order] = np.arange(len(shard)) - np.repeat(starts, counts)
+    return ranks + 1
+
+
+def count(keys: np.ndarray, bytes_back: list[int], points: list[list[int]], large: int) -> dict[str, Any]:
+    """Inserts at which k maps rebuild a shard (k = 1..4), for all rebuilds and for those of shards
+    of at least ``large`` keys (the costly ones), and where the last multi-map ones fall."""
+    events = np.zeros(len(keys), dtype=np.int8)
+    big = np.zeros(len(keys), dtype=np.int8)
+    for back, pts in zip(bytes_back, points):
+        ords = ordinals(keys[:, -back].astype(np.int64))
+        events += np.isin(ords, pts)
+        big += np.isin(ords, [p for p in pts if p >= large])
+    hist, hist_big = np.bincount(events, minlength=5), np.bincount(big, minlength=5)
+    multi = np.nonzero(big >= 2)[0]
+    return {
+        "inserts_with_k_maps_rebuilding": {str(k): int(hist[k]) for k in range(1, 5)},
+        f"same, shards of >= {large} keys": {str(k): int(hist_big[k]) for k in range(1, 5)},
+        "shard_rebuilds": int(events.sum()),
+        "last_large_multi_map_inserts": [int(i) + 1 for i in multi[-5:]],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--blocks", type=int, default=10_000_000)
+    ap.add_argument("--large", type=int, default=5462, help="a costly rebuild: a shard of this many keys")
+    args = ap.parse_args()
+    keys = np.random.default_rng(0).integers(0, 256, size=(args.blocks, 16), dtype=np.uint8)
+    dict_pts, od_pts = rebuild_points(2 * args.blocks // NSHARDS + 1000)
+    points = [dict_pts, dict_pts, dict_pts, od_pts]  # index, tier, owners: dicts; the order: OrderedDicts
+    probe = bytes(range(1, 17))
+    each = [17 - SELECTORS[o](probe) for o in ("index", "tier", "owners", "order")]  # bytes from the end
+    result = {
+        "bench": "resize_stagger",
+        "blocks": args.blocks,
+        "rebuild_points_dict": dict_pts,
+        "one_selector_for_all": count(keys, [1, 1, 1, 1], points, args.large),
+        "selector_per_owner": count(keys, each, points, args.large),
+        "bytes_from_end": each,
+    }
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(result, indent=1))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
