@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from ctxcache import ContextCache
 from ctxcache.index import RadixIndex
-from ctxcache.shardmap import NSHARDS, SELECTORS, ShardedDict
+from ctxcache.shardmap import NSHARDS, ORDER_SHARDS, SELECTORS, ShardedDict
 
 KEYS = st.one_of(
     st.binary(max_size=20), st.text(max_size=4), st.integers(-(2**70), 2**70), st.tuples(st.integers(), st.binary())
@@ -48,15 +48,18 @@ def test_sharded_dict_behaves_as_a_dict(ops, owner):
 
 
 # Each owner's selector: the byte of a bytes key it reads (from the end) and its prime for others.
-SPEC = {"index": (1, 251), "tier": (2, 241), "owners": (3, 239), "order": (4, 233)}
+SPEC = {"index": (1, 251), "tier": (2, 241), "owners": (3, 239), "order": (4, 4093)}
 
 
 @given(KEYS)
 def test_every_key_has_one_shard_in_range_for_every_owner(key):
     for owner, (back, prime) in SPEC.items():
         s = SELECTORS[owner](key)
-        assert 0 <= s < NSHARDS and s == SELECTORS[owner](key)
-        want = key[-back] if isinstance(key, bytes) and len(key) >= back else hash(key) % prime
+        assert 0 <= s < (ORDER_SHARDS if owner == "order" else NSHARDS) and s == SELECTORS[owner](key)
+        if owner == "order":  # 12 bits: the fourth byte from the end, the low half of the fifth
+            want = key[-4] << 4 | key[-5] & 15 if isinstance(key, bytes) and len(key) > 4 else hash(key) % prime
+        else:
+            want = key[-back] if isinstance(key, bytes) and len(key) >= back else hash(key) % prime
         assert s == want, owner  # the expression its hot paths inline
 
 
@@ -68,8 +71,10 @@ def test_keys_spread_evenly_over_shards():
             for k in keys:
                 d[k] = None
             sizes = sorted(len(s) for s in d.shards if s)
-            assert sizes[-1] <= 2 * len(keys) / len(sizes), sizes[-5:]
-            assert len(sizes) >= 233  # every shard (bytes keys: all 256) is used
+            mean = len(keys) / len(sizes)
+            # 2x the mean; the order's 4,096 shards hold ~10 keys each here: 6 standard deviations
+            assert sizes[-1] <= max(2 * mean, mean + 6 * mean**0.5), sizes[-5:]
+            assert len(sizes) >= min(233, len(d.shards) * 0.9)  # every shard (bytes keys: all) is used
 
 
 def _chain(idx: RadixIndex, n: int) -> list[bytes]:
@@ -131,7 +136,7 @@ def test_removed_nodes_are_released_and_maps_emptied():
     assert len(e.index) == 0 and len(tier) == 0 and len(slot.owners) == 0 and len(slot.policy) == 0
     assert tier.used_bytes == 0 and slot.by_tenant == {}
     assert all(not s for s in tier._sizes.shards) and all(not od for od in slot.policy._shards)
-    assert len(slot.policy._heap) <= NSHARDS  # at most one entry per shard, never one per key
+    assert len(slot.policy._heap) <= ORDER_SHARDS  # at most one entry per shard, never one per key
 
 
 # The module whose hot paths inline each owner's selector (it owns that map, or walks it).
@@ -242,4 +247,5 @@ def test_no_insert_resizes_the_shards_of_two_maps_at_once():
     shared = sum(n * c for n, c in together.items() if n > 1)
     assert resizes > 1500, together
     # One selector for all: every resize here would be four at once (together[4] ~ 500).
-    assert together[4] == 0 and together[3] <= 3 and shared < 0.15 * resizes, together
+    # (The order's 4,096 shards are small here and resize often, so three maps meet a few times.)
+    assert together[4] == 0 and together[3] <= 0.01 * resizes and shared < 0.15 * resizes, together

@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from ..shardmap import NSHARDS, untrack
+from ..shardmap import ORDER_SHARDS, untrack
 from ..units import Clock
 
 Key = Hashable
@@ -174,7 +174,7 @@ class ScoredPolicy(Policy):
 class OrderedPolicy(Policy):
     """A policy over one global order of keys, victim at the front (LRU, FIFO).
 
-    The order is split into ``NSHARDS`` OrderedDicts by ``shardmap.order_shard`` (one OrderedDict
+    The order is split into ``ORDER_SHARDS`` OrderedDicts by ``shardmap.order_shard`` (one OrderedDict
     of every block rebuilds its table, O(n), at each doubling). Each key carries a stamp
     (``_tick``), increasing with every insert or move to the back, so each shard is in stamp order
     and the global front is the shard front with the lowest stamp, found with a heap of
@@ -187,16 +187,16 @@ class OrderedPolicy(Policy):
         super().__init__(clock)
         from collections import OrderedDict
 
-        self._shards: list[OrderedDict[Key, int]] = [OrderedDict() for _ in range(NSHARDS)]
+        self._shards: list[OrderedDict[Key, int]] = [OrderedDict() for _ in range(ORDER_SHARDS)]
         for od in self._shards:  # keys and int stamps only: nothing for the cyclic GC to read
             untrack(od)  # (tracked, each full collection would read every key: O(blocks))
         self._heap: list[tuple[int, int]] = []  # at most one entry per shard
-        self._queued = [False] * NSHARDS  # the shard has its heap entry
+        self._queued = [False] * ORDER_SHARDS  # the shard has its heap entry
         self._tick = itertools.count()
         self._n = 0
 
     def on_insert(self, key: Key) -> None:
-        s = key[-4] if key.__class__ is bytes and len(key) > 3 else hash(key) % 233
+        s = (key[-4] << 4 | key[-5] & 15) if key.__class__ is bytes and len(key) > 4 else hash(key) % 4093
         od = self._shards[s]
         if key in od:
             return  # already resident: it keeps its place
@@ -209,13 +209,17 @@ class OrderedPolicy(Policy):
 
     def _to_back(self, key: Key) -> None:
         """``key`` (resident) moves to the back of the order. KeyError if it is not resident."""
-        od = self._shards[key[-4] if key.__class__ is bytes and len(key) > 3 else hash(key) % 233]
+        od = self._shards[
+            (key[-4] << 4 | key[-5] & 15) if key.__class__ is bytes and len(key) > 4 else hash(key) % 4093
+        ]
         od.move_to_end(key)
         od[key] = next(self._tick)
 
     def on_remove(self, key: Key) -> None:
         if (
-            self._shards[key[-4] if key.__class__ is bytes and len(key) > 3 else hash(key) % 233].pop(key, None)
+            self._shards[
+                (key[-4] << 4 | key[-5] & 15) if key.__class__ is bytes and len(key) > 4 else hash(key) % 4093
+            ].pop(key, None)
             is not None
         ):
             self._n -= 1
@@ -224,7 +228,12 @@ class OrderedPolicy(Policy):
         return self._n
 
     def __contains__(self, key: object) -> bool:
-        return key in self._shards[key[-4] if key.__class__ is bytes and len(key) > 3 else hash(key) % 233]
+        return (
+            key
+            in self._shards[
+                (key[-4] << 4 | key[-5] & 15) if key.__class__ is bytes and len(key) > 4 else hash(key) % 4093
+            ]
+        )
 
     def peek(self, can_evict: CanEvict = None) -> Key | None:
         """The next victim without reordering (a scan past refused keys: not for hot paths)."""
