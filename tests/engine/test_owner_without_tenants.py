@@ -1,9 +1,11 @@
 """Without tenants every block belongs to the namespace's tenant, "default": the bytes a tier
 reports per tenant (``stats()["tiers"][name]["tenants"]``, exported as
-``ctxcache_tenant_tier_bytes``) must say so for promoted and discovered blocks too, not file them
+``ctxcache_tenant_tier_bytes``) must say so for promoted and discovered blocks too, and for blocks a failed demotion left in place, not file them
 under the orphans' owner "" (blocks an earlier run left, shown as "(unknown)")."""
 
 from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
@@ -55,3 +57,22 @@ def test_a_discovered_block_is_the_default_tenants(tmp_path, redis_url):
         assert m.n_blocks == 2
     assert reader.stats()["discovered"] == 2 and _owners(reader, "red") == {"default"}
     reader.close()
+
+
+class _RefusingSlowTier(FakeSlowTier):
+    """Up, but refuses every write (a full or read-only backend)."""
+
+    def put_blobs(self, items: Sequence[tuple[Hashable, bytes]]) -> list[bool]:
+        return [False] * len(items)
+
+
+def test_a_block_whose_demotion_failed_stays_the_default_tenants():
+    top = FakeSlowTier(1 << 20, name="top")
+    cache = ContextCache([top, _RefusingSlowTier(1 << 20, name="below")], block_size=BS)
+    cache.store(TOKENS, _payloads(), "default", 0)
+    cache.flush()
+    used = cache.slots[0].tenant_used("default")
+    _write_down(cache)  # both writes are refused: the blocks stay in the top tier
+    assert cache.stats()["write_errors"] == 2
+    assert _owners(cache, "top") == {"default"} and cache.slots[0].tenant_used("default") == used
+    cache.close()

@@ -351,7 +351,7 @@ class Placement:
         node = self.index.get(m.key)
         src = self.slots[m.src] if m.src is not None else None
         if src is not None and src.slow and m.key in src.tier:  # still where it was: it stays there
-            src.admit(m.key)
+            src.admit(m.key, tenant=node.tag if node is not None and isinstance(node.tag, str) else None)
             if node is not None and node.tier == m.dst:
                 node.tier = m.src if m.src is not None else LOST
         elif node is not None and node.tier == m.dst:
