@@ -252,7 +252,7 @@ class Placement:
         if (top.slow and self.mover.buffered + size > self.write_buffer) or not self.room(0, size, tenant):
             return
         self.place(0, node, payload, size)
-        self.slots[0].admit(node.key, size)
+        self.slots[0].admit(node.key, size, tenant)  # without tenancy owner_of says ORPHAN
         src = self.tiers[t]
         if not src.slow:
             src.delete(node.key)
@@ -304,14 +304,15 @@ class Placement:
                 return
             here = node is None or node.tier in (t, LOST)  # served from tier t from now on
             charge = here and not self.slots[t].holds(key)
-            if charge and not self.room(t, block.nbytes, tag if isinstance(tag, str) else None):
+            tenant = tag if isinstance(tag, str) else None
+            if charge and not self.room(t, block.nbytes, tenant):
                 return  # charged like a block placed there: within the tenant's quota and the capacity
             if node is None:
                 node = self.index.insert(key, parent, block.tokens, depth, tag=tag)
             if here:
                 node.tier = t
             if charge:
-                self.slots[t].admit(key, block.nbytes)
+                self.slots[t].admit(key, block.nbytes, tenant)
                 self.tiers[t].adopt(key, block.nbytes)
             self.index.pin([node])
             self.c.discovered += 1
@@ -350,7 +351,7 @@ class Placement:
         node = self.index.get(m.key)
         src = self.slots[m.src] if m.src is not None else None
         if src is not None and src.slow and m.key in src.tier:  # still where it was: it stays there
-            src.admit(m.key)
+            src.admit(m.key, tenant=node.tag if node is not None and isinstance(node.tag, str) else None)
             if node is not None and node.tier == m.dst:
                 node.tier = m.src if m.src is not None else LOST
         elif node is not None and node.tier == m.dst:
