@@ -172,6 +172,12 @@ def test_a_block_lost_to_a_transient_read_failure_is_found_again_and_served_from
         with cache.lookup(toks(1, 3)) as m:
             assert values(m) == [0.0, 1.0, 2.0]
     assert cache.stats()["lost"] == 1
+    # Found again, it is the tier's block once more: its node says so and its bytes are charged
+    # (the lost block had been uncharged); a found-again block left marked lost was served but not
+    # counted, so the tier's quota and usage missed it.
+    e = cache._engine
+    assert e.index.get(m.keys[1]).tier == 0 and e.slots[0].holds(m.keys[1])
+    assert cache.stats()["tiers"][slow.name]["tenants"] == {"default": 3 * slow.nbytes(m.keys[0])}
     cache.close()
 
 
