@@ -7,7 +7,7 @@ every block, which grow in step and resize on the same insert). Split 256 ways, 
 
 Each owner's map picks shards by its own selector: the index by a bytes key's last byte, the
 memory tier by the one before, the slot's owners by the third from the end, the LRU/FIFO order
-by the fourth. Block keys are 16-byte hashes, so each byte is uniform and independent of the
+by 12 bits of the fourth and fifth (``ORDER_SHARDS``, below). Block keys are 16-byte hashes, so each byte is uniform and independent of the
 others: with one shared selector, shard ``s`` of every map held the same keys, reached a resize
 threshold on the same insert, and four or five maps doubled together (10-18 ms at 2.8 M blocks).
 With one byte each, a shard of one map and the shard of another that a key lands in hold
@@ -16,7 +16,7 @@ hash (siphash of the bytes) is independent of any one byte, so a shard's keys st
 its table. Indexing a byte costs a third of ``hash(key) % n``.
 
 Any other key goes to ``hash(key) % p``, with a different prime ``p`` per owner (251, 241, 239,
-233): prime, so a shard's keys differ in the low hash bits where a dict starts probing (``& 255``
+4093): prime, so a shard's keys differ in the low hash bits where a dict starts probing (``& 255``
 would give them all the same first probe), and different, so the owners' partitions differ.
 Hot paths (the lookup walk, the memory tier, the slot, the LRU) inline their owner's expression
 to skip a Python call (tests/test_shardmap.py checks each copy against its owner's function);
