@@ -37,8 +37,8 @@ MUTANTS = [
     Mutant(
         "lru-on_hits-pass",
         "src/ctxcache/policies/lru.py",
-        "deque(map(self._order.move_to_end, keys), maxlen=0)",
-        "pass",
+        "shards, tick = self._shards, self._tick\n",
+        "return  # mutant: on_hits does nothing\n",
         ("tests/policies/test_batch_contract.py", "tests/policies/test_in_cache.py"),
     ),
     Mutant(
