@@ -10,7 +10,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
@@ -22,19 +21,9 @@ from ctxcache.policies import make_policy
 from ctxcache.tiers import NO_META
 from ctxcache.tiers.fake import FakeSlowTier
 
+from .gates import Gate
+
 BS = 4
-
-
-class Gate:
-    """Holds the mover inside its first write until opened (``on_call`` runs in the mover)."""
-
-    def __init__(self) -> None:
-        self.entered, self.open = threading.Event(), threading.Event()
-
-    def __call__(self, name: str, keys: tuple[Hashable, ...]) -> None:
-        if name == "put_blobs":
-            self.entered.set()
-            assert self.open.wait(10), "the test never opened the gate"
 
 
 def blocks(first: int, n: int) -> list[list[np.ndarray]]:

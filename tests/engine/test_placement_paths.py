@@ -6,7 +6,6 @@ leaving the index."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -16,6 +15,7 @@ from ctxcache import ContextCache
 from ctxcache.tiers import DiskTier
 from ctxcache.tiers.fake import FakeSlowTier
 
+from .gates import Gate
 from .tenancy_util import BS, ask, cache_with, prompt_of, tier_of
 
 BLOCK = 64  # bytes a hot memory tier charges for one test block (16 float32)
@@ -82,18 +82,6 @@ def test_a_write_buffer_of_exactly_one_block_still_promotes_it():
         assert values(m) == [0.0] and m.usage.by_tier == {"top": BS}
     assert (cache.stats()["write_errors"], cache.stats()["lost"]) == (0, 0)
     cache.close()
-
-
-class Gate:
-    """Holds the mover inside its first write until opened."""
-
-    def __init__(self) -> None:
-        self.entered, self.open = threading.Event(), threading.Event()
-
-    def __call__(self, name: str, keys: tuple[Hashable, ...]) -> None:
-        if name == "put_blobs":
-            self.entered.set()
-            assert self.open.wait(10), "the test never opened the gate"
 
 
 def test_demotions_out_of_ram_are_skipped_while_the_write_buffer_is_full():
