@@ -166,13 +166,16 @@ def percentiles(a: np.ndarray) -> dict[str, float]:
     return {"p50": p[0] / 1e3, "p99": p[1] / 1e3, "p99.9": p[2] / 1e3, "max": float(a.max()) / 1e3, "n": len(a)}
 
 
+def decades(n: int) -> list[tuple[int, int]]:
+    """The non-empty [lo, hi) block ranges of each decade up to ``n``."""
+    edges = decade_edges(n)
+    return [(lo, hi) for lo, hi in zip(edges, edges[1:]) if hi > lo]
+
+
 def summarize(lat: dict[str, np.ndarray], n: int) -> list[dict[str, Any]]:
     """Per decade of blocks: p50/p99/p99.9/max (µs) for each op and clock."""
-    edges = decade_edges(n)
     out = []
-    for lo, hi in zip(edges, edges[1:]):
-        if hi <= lo:
-            continue
+    for lo, hi in decades(n):
         row: dict[str, Any] = {"from": lo, "to": hi}
         for name, a in lat.items():
             row[name] = percentiles(a[lo:hi])
@@ -182,11 +185,8 @@ def summarize(lat: dict[str, np.ndarray], n: int) -> list[dict[str, Any]]:
 
 def by_depth(lat: dict[str, np.ndarray], depths: dict[str, np.ndarray], n: int) -> list[dict[str, Any]]:
     """Per decade, store and lookup p50/p99.9 (µs) by prompt depth in blocks (1..MAX_DEPTH)."""
-    edges = decade_edges(n)
     out = []
-    for lo, hi in zip(edges, edges[1:]):
-        if hi <= lo:
-            continue
+    for lo, hi in decades(n):
         row: dict[str, Any] = {"from": lo, "to": hi}
         for name, a in lat.items():
             op = name.split("_")[0]
