@@ -262,7 +262,7 @@ def finish(e: Engine, nodes: list[Node], payloads: list[Any], src: list[int], pr
     # ancestors of a held prefix are as needed in their tier as its deepest block.
     pinned = nodes if len(e.slots) > 1 else nodes[-1:]
     e.index.pin(pinned)
-    if not resolved:  # served by RAM tiers only: hits below the top move up as they do after I/O
+    if not resolved and len(e.slots) > 1:  # RAM tiers only: hits below the top move up as after I/O
         for i in range(len(nodes) - 1, -1, -1):
             if src[i] > 0:
                 e.placement.promote_hit(nodes[i], payloads[i], src[i])
