@@ -1,0 +1,106 @@
+"""Stall attribution for index_growth_worker.py: the longest ops, each with what caused it.
+
+Kept apart from the worker's timing loop so the loop stays short; nothing here runs inside a timed
+window (``Stalls.note`` is called after both clocks are read).
+"""
+
+from __future__ import annotations
+
+import gc
+import heapq
+import sys
+import time
+from typing import Any
+
+STALL_NS = 1_000_000  # ops slower than this (wall) are kept as stalls, with what caused them
+TOP = 10
+
+
+class GcLog:
+    """Collections seen through gc.callbacks: counts and time per generation, and the last one."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.total_ns = [0, 0, 0]
+        self.max_ns = [0, 0, 0]
+        self.last: tuple[int, int, int] = (0, 0, -1)  # (start, stop, generation)
+        self._t0 = 0
+        gc.callbacks.append(self)
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        now = time.perf_counter_ns()
+        if phase == "start":
+            self._t0 = now
+            return
+        g = info["generation"]
+        d = now - self._t0
+        self.count[g] += 1
+        self.total_ns[g] += d
+        self.max_ns[g] = max(self.max_ns[g], d)
+        self.last = (self._t0, now, g)
+
+
+def watched_dicts(cache: Any) -> dict[str, Any]:
+    """The big per-block containers of the store path, where they are plain dicts (today's tree),
+    so a stall can be matched to a resize. Sharded maps are not probed (their resizes are small)."""
+    e = cache._engine
+    cands = {
+        "index._nodes": getattr(e.index, "_nodes", None),
+        "index._evictable": getattr(e.index, "_evictable", None),
+        "tier._data": getattr(e.tiers[0], "_data", None),
+        "tier._sizes": getattr(e.tiers[0], "_sizes", None),
+        "slot.owners": getattr(e.slots[0], "owners", None),
+        "policy._order": getattr(e.slots[0].policy, "_order", None),
+    }
+    return {k: v for k, v in cands.items() if isinstance(v, dict)}
+
+
+class Stalls:
+    """The longest ops (wall clock), each with its cause."""
+
+    def __init__(self, cache: Any, gclog: GcLog) -> None:
+        self.heap: list[tuple[int, int, dict[str, Any]]] = []
+        self.cpu_heap: list[tuple[int, int, dict[str, Any]]] = []
+        self.n_over_10ms = 0
+        self.n_cpu_over_10ms = 0
+        self.gclog = gclog
+        names = watched_dicts(cache)
+        self.names, self.objs = list(names), list(names.values())
+        self.sizes = [sys.getsizeof(o) for o in self.objs]
+        self._seq = 0
+
+    def probe(self) -> list[str]:
+        """Containers whose allocation changed since the last probe (a resize)."""
+        out = []
+        for i, o in enumerate(self.objs):
+            s = sys.getsizeof(o)
+            if s != self.sizes[i]:
+                out.append(f"{self.names[i]} resized at {len(o):,} entries")
+                self.sizes[i] = s
+        return out
+
+    def note(self, op: str, blocks: int, t0: int, wall: int, cpu: int) -> None:
+        resized = self.probe() if self.objs else []
+        if wall < STALL_NS and cpu < STALL_NS // 4:
+            return
+        self.n_over_10ms += wall > 10_000_000
+        self.n_cpu_over_10ms += cpu > 10_000_000
+        start, stop, gen = self.gclog.last
+        causes = []
+        if stop >= t0 and gen >= 0:
+            causes.append(f"gc gen{gen} {(stop - start) / 1e6:.1f} ms")
+        causes += resized
+        if cpu < wall // 2:
+            causes.append(f"not running (cpu {cpu / 1e6:.2f} ms of {wall / 1e6:.2f} ms wall: preempted/paging)")
+        elif not causes:
+            causes.append("unattributed CPU work")
+        item = {"op": op, "blocks": blocks, "wall_ms": wall / 1e6, "cpu_ms": cpu / 1e6, "cause": "; ".join(causes)}
+        self._seq += 1
+        for heap, t in ((self.heap, wall), (self.cpu_heap, cpu)):
+            if len(heap) < TOP:
+                heapq.heappush(heap, (t, self._seq, item))
+            else:
+                heapq.heappushpop(heap, (t, self._seq, item))
+
+    def top(self, by_cpu: bool = False) -> list[dict[str, Any]]:
+        return [e[2] for e in sorted(self.cpu_heap if by_cpu else self.heap, key=lambda e: -e[0])]
