@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import gc
 import heapq
+import resource
 import sys
 import time
 from typing import Any
 
+Rusage = resource.struct_rusage
+
 STALL_NS = 1_000_000  # ops slower than this (wall) are kept as stalls, with what caused them
 TOP = 10
+TICK_MS = 4  # CONFIG_HZ=250 on these machines: the grain of the kernel's user/sys split
+MANY_FAULTS = 1000  # minor faults at ~1 µs each: a millisecond of the kernel's work
 
 
 class GcLog:
@@ -58,13 +63,13 @@ def watched_dicts(cache: Any) -> dict[str, Any]:
 class Stalls:
     """The longest ops (wall clock), each with its cause."""
 
-    def __init__(self, cache: Any, gclog: GcLog) -> None:
+    def __init__(self, gclog: GcLog, watched: dict[str, Any] | None = None) -> None:
         self.heap: list[tuple[int, int, dict[str, Any]]] = []
         self.cpu_heap: list[tuple[int, int, dict[str, Any]]] = []
         self.n_over_10ms = 0
         self.n_cpu_over_10ms = 0
         self.gclog = gclog
-        names = watched_dicts(cache)
+        names = watched or {}
         self.names, self.objs = list(names), list(names.values())
         self.sizes = [sys.getsizeof(o) for o in self.objs]
         self._seq = 0
@@ -79,7 +84,8 @@ class Stalls:
                 self.sizes[i] = s
         return out
 
-    def note(self, op: str, blocks: int, t0: int, wall: int, cpu: int) -> None:
+    def note(self, op: str, blocks: int, t0: int, wall: int, cpu: int, r0: Rusage, r1: Rusage) -> None:
+        """Keep the op if it is a stall; ``r0``/``r1`` are the thread's rusage just outside its window."""
         resized = self.probe() if self.objs else []
         if wall < STALL_NS and cpu < STALL_NS // 4:
             return
@@ -90,11 +96,14 @@ class Stalls:
         if stop >= t0 and gen >= 0:
             causes.append(f"gc gen{gen} {(stop - start) / 1e6:.1f} ms")
         causes += resized
+        ru = rusage_delta(r0, r1)
         if cpu < wall // 2:
             causes.append(f"not running (cpu {cpu / 1e6:.2f} ms of {wall / 1e6:.2f} ms wall: preempted/paging)")
         elif not causes:
-            causes.append("unattributed CPU work")
+            causes.append(verdict(ru))
+        causes.append(describe(ru))
         item = {"op": op, "blocks": blocks, "wall_ms": wall / 1e6, "cpu_ms": cpu / 1e6, "cause": "; ".join(causes)}
+        item["rusage"] = ru
         self._seq += 1
         for heap, t in ((self.heap, wall), (self.cpu_heap, cpu)):
             if len(heap) < TOP:
@@ -104,3 +113,45 @@ class Stalls:
 
     def top(self, by_cpu: bool = False) -> list[dict[str, Any]]:
         return [e[2] for e in sorted(self.cpu_heap if by_cpu else self.heap, key=lambda e: -e[0])]
+
+
+def rusage_delta(r0: Rusage, r1: Rusage) -> dict[str, float]:
+    """What the kernel charged the thread between two ``getrusage(RUSAGE_THREAD)`` calls.
+
+    Faults and switches are exact counts. User and sys time are not: the kernel brings a running
+    thread's total up to date only at a tick or a switch, and splits it by tick samples, so both
+    are good to about a tick (``TICK_MS``) at each end; ``thread_time_ns`` stays the precise figure.
+    """
+    return {
+        "user_ms": round((r1.ru_utime - r0.ru_utime) * 1e3, 3),
+        "sys_ms": round((r1.ru_stime - r0.ru_stime) * 1e3, 3),
+        "minflt": r1.ru_minflt - r0.ru_minflt,
+        "majflt": r1.ru_majflt - r0.ru_majflt,
+        "nvcsw": r1.ru_nvcsw - r0.ru_nvcsw,
+        "nivcsw": r1.ru_nivcsw - r0.ru_nivcsw,
+    }
+
+
+def describe(ru: dict[str, float]) -> str:
+    return (
+        f"user {ru['user_ms']:.1f} ms, sys {ru['sys_ms']:.1f} ms, {ru['minflt']:,.0f} minor + "
+        f"{ru['majflt']:,.0f} major faults, {ru['nvcsw']:,.0f} vol + {ru['nivcsw']:,.0f} invol switches"
+    )
+
+
+def verdict(ru: dict[str, float]) -> str:
+    """Where a CPU-bound op's time went, when no collection or resize explains it.
+
+    User-mode time with no faults is our code, or time the kernel charges to whichever thread was
+    running (interrupts: this kernel has no IRQ_TIME_ACCOUNTING; host steal it is not told of):
+    the constant-work op's own stalls show how much of that the machine alone gives.
+    """
+    if ru["majflt"]:
+        return "kernel: major page faults (disk reads)"
+    if ru["minflt"] >= MANY_FAULTS:
+        return f"kernel: {ru['minflt']:,.0f} minor page faults"
+    if ru["user_ms"] + ru["sys_ms"] < 2 * TICK_MS:
+        return "unattributed CPU work (too short for the tick-sampled user/sys split)"
+    if ru["sys_ms"] > ru["user_ms"]:
+        return "kernel: mostly sys time"
+    return "unattributed user-mode CPU work"

@@ -22,13 +22,14 @@ import argparse
 import gc
 import json
 import os
+import resource
 import sys
 import time
 from typing import Any
 
 import numpy as np
 from index_growth_memory import structure_bytes
-from index_growth_stalls import GcLog, Stalls
+from index_growth_stalls import GcLog, Stalls, watched_dicts
 
 BS, MAX_DEPTH, PAYLOAD = 16, 8, b"x"
 SAT = 2**32 - 1  # per-op arrays are uint32 ns: an op over 4.29 s saturates (stalls keep the exact value)
@@ -136,8 +137,10 @@ def run(n: int, label: str, seed: int = 0, max_seconds: float = float("inf")) ->
     gc.collect()
     gc.freeze()
     gclog = GcLog()
-    stalls = Stalls(cache, gclog)
+    stalls, noise = Stalls(gclog, watched_dicts(cache)), Stalls(gclog)
     wall, cpu = time.perf_counter_ns, time.thread_time_ns
+    # Read just outside each timed window, so it attributes a stall without adding to its time.
+    ru, me = resource.getrusage, resource.RUSAGE_THREAD
     rss0 = rss()
     rss_at: dict[int, int] = {}
     mem_at: dict[int, dict[str, Any]] = {}
@@ -155,26 +158,33 @@ def run(n: int, label: str, seed: int = 0, max_seconds: float = float("inf")) ->
                 parent[i], depth[i] = j, depth[j] + 1
             toks = prompt_tokens(i, parent, base)
             d = int(depth[i])
+            r0 = ru(me)
             c0, w0 = cpu(), wall()
             cache.store(toks, [PAYLOAD], first_block=d)
             w1, c1 = wall(), cpu()
+            r1 = ru(me)
             lat["store_wall"][i], lat["store_cpu"][i] = min(w1 - w0, SAT), min(c1 - c0, SAT)
-            stalls.note("store", i + 1, w0, w1 - w0, c1 - c0)
+            stalls.note("store", i + 1, w0, w1 - w0, c1 - c0, r0, r1)
             k = int(q * (i + 1))
             look_depth[i] = depth[k]
             toks = prompt_tokens(k, parent, base)
+            r0 = ru(me)
             c0, w0 = cpu(), wall()
             m = cache.lookup(toks)
             cache.release(m)
             w1, c1 = wall(), cpu()
+            r1 = ru(me)
             lat["lookup_wall"][i], lat["lookup_cpu"][i] = min(w1 - w0, SAT), min(c1 - c0, SAT)
-            stalls.note("lookup", i + 1, w0, w1 - w0, c1 - c0)
+            stalls.note("lookup", i + 1, w0, w1 - w0, c1 - c0, r0, r1)
             if m.hit_tokens != len(toks):
                 raise AssertionError(f"prompt {k} should hit fully: {m.hit_tokens} of {len(toks)} tokens")
+            r0 = ru(me)
             c0, w0 = cpu(), wall()
             constant_work()
             w1, c1 = wall(), cpu()
+            r1 = ru(me)
             lat["noise_wall"][i], lat["noise_cpu"][i] = min(w1 - w0, SAT), min(c1 - c0, SAT)
+            noise.note("noise", i + 1, w0, w1 - w0, c1 - c0, r0, r1)
             i += 1
             if i in marks or i % 100_000 == 0:
                 now = rss()
@@ -194,7 +204,7 @@ def run(n: int, label: str, seed: int = 0, max_seconds: float = float("inf")) ->
     sys.stderr.write("\n")
     gc.callbacks.remove(gclog)
     assert len(cache._engine.index) == n, "every store should add exactly one block"
-    out = report(cache, lat, n, rss_at, stalls, gclog, time.monotonic() - t_start)
+    out = report(lat, n, rss_at, (stalls, noise), gclog, time.monotonic() - t_start)
     out["by_depth"] = by_depth({k: v[:n] for k, v in lat.items()}, {"store": depth[:n], "lookup": look_depth[:n]}, n)
     out["memory_by_structure"] = {str(b): v for b, v in sorted(mem_at.items())}
     out["noise_op"] = f"constant_work(): a {NOISE_LOOP}-iteration pure-Python loop, timed after each lookup"
@@ -203,21 +213,17 @@ def run(n: int, label: str, seed: int = 0, max_seconds: float = float("inf")) ->
 
 
 def report(
-    cache: Any, lat: dict[str, np.ndarray], n: int, rss_at: dict[int, int], stalls: Stalls, gclog: GcLog, secs: float
+    lat: dict[str, np.ndarray],
+    n: int,
+    rss_at: dict[int, int],
+    kept: tuple[Stalls, Stalls],
+    gclog: GcLog,
+    secs: float,
 ) -> dict[str, Any]:
+    stalls, noise = kept
     lat = {k: v[:n] for k, v in lat.items()}
     decades = summarize(lat, n)
-    for row in decades:  # a saturated max: the exact value is among the kept stalls
-        for k, v in row.items():
-            if isinstance(v, dict) and v and v["max"] >= SAT / 1e3:
-                op, clock = k.split("_")
-                key = "wall_ms" if clock == "wall" else "cpu_ms"
-                hits = [
-                    s[key]
-                    for s in stalls.top() + stalls.top(by_cpu=True)
-                    if s["op"] == op and row["from"] < s["blocks"] <= row["to"]
-                ]
-                v["max"] = max(hits, default=v["max"] / 1e3) * 1e3
+    unsaturate(decades, stalls.top() + stalls.top(by_cpu=True) + noise.top() + noise.top(by_cpu=True))
     return {
         "blocks": n,
         "seconds": round(secs, 1),
@@ -227,6 +233,10 @@ def report(
         "stalls_top_cpu": stalls.top(by_cpu=True),
         "stalls_over_10ms": stalls.n_over_10ms,
         "cpu_stalls_over_10ms": stalls.n_cpu_over_10ms,
+        # The constant-work op's own longest ops: what the machine alone does to an op that never varies.
+        "noise_top_wall": noise.top(),
+        "noise_top_cpu": noise.top(by_cpu=True),
+        "noise_over_10ms": {"cpu": noise.n_cpu_over_10ms, "wall": noise.n_over_10ms},
         "gc": {
             "count": gclog.count,
             "max_ms": [x / 1e6 for x in gclog.max_ns],
@@ -234,6 +244,17 @@ def report(
         },
         "gc_tracked_objects_at_end": len(gc.get_objects()),
     }
+
+
+def unsaturate(decades: list[dict[str, Any]], kept: list[dict[str, Any]]) -> None:
+    """A saturated per-decade max takes its exact value from the kept stalls."""
+    for row in decades:
+        for k, v in row.items():
+            if isinstance(v, dict) and v and v["max"] >= SAT / 1e3:
+                op, clock = k.split("_")
+                key = "wall_ms" if clock == "wall" else "cpu_ms"
+                hits = [s[key] for s in kept if s["op"] == op and row["from"] < s["blocks"] <= row["to"]]
+                v["max"] = max(hits, default=v["max"] / 1e3) * 1e3
 
 
 def main() -> None:
