@@ -155,3 +155,63 @@ def verdict(ru: dict[str, float]) -> str:
     if ru["sys_ms"] > ru["user_ms"]:
         return "kernel: mostly sys time"
     return "unattributed user-mode CPU work"
+
+
+def longest(tree: dict[str, Any], op: str, clock: str) -> float | None:
+    """The longest op (ms) of ``op`` in a saved tree, from its per-decade maxima (saturation fixed)."""
+    maxima = [r[f"{op}_{clock}"]["max"] for r in tree["decades"] if r.get(f"{op}_{clock}")]
+    return max(maxima) / 1e3 if maxima else None
+
+
+def floor_summary(tree: dict[str, Any]) -> dict[str, Any]:
+    """The constant-work op next to store and lookup: ops over 10 ms and the longest, per clock.
+
+    Runs saved before the worker kept the noise op's stalls have no counts: those read "n/a".
+    """
+    noise_counts = tree.get("noise_over_10ms", "n/a")
+    top = tree.get("noise_top_cpu")
+    return {
+        "ops_over_10ms": {
+            "store_lookup": {"cpu": tree["cpu_stalls_over_10ms"], "wall": tree["stalls_over_10ms"]},
+            "noise_floor": noise_counts,
+        },
+        "noise_floor_longest_ms": {"cpu": longest(tree, "noise", "cpu"), "wall": longest(tree, "noise", "wall")},
+        "noise_floor_longest_cpu_op": top[0] if top else "n/a",
+    }
+
+
+def fmt(x: Any, spec: str = ",") -> str:
+    return "n/a" if x is None or x == "n/a" else format(x, spec)
+
+
+def table(trees: dict[str, dict[str, Any]], worst: int = 5) -> str:
+    """Human-readable: ops over 10 ms and the longest op per tree, then each tree's longest CPU ops
+    with their causes, the constant-work op's beside store's and lookup's."""
+    lines = [f"{'tree':<18} {'op':<14} {'>10ms cpu':>10} {'>10ms wall':>11} {'max cpu ms':>11} {'max wall ms':>12}"]
+    for t in trees.values():
+        f = floor_summary(t)
+        sl, nf = f["ops_over_10ms"]["store_lookup"], f["ops_over_10ms"]["noise_floor"]
+        nf = nf if isinstance(nf, dict) else {"cpu": "n/a", "wall": "n/a"}
+        rows = [
+            ("store+lookup", sl, [longest(t, o, "cpu") for o in ("store", "lookup")], ("store", "lookup")),
+            ("constant-work", nf, [longest(t, "noise", "cpu")], ("noise",)),
+        ]
+        for name, counts, cpus, ops in rows:
+            walls = [w for w in (longest(t, o, "wall") for o in ops) if w is not None]
+            mx_cpu = max((c for c in cpus if c is not None), default=None)
+            lines.append(
+                f"{t.get('tree', '?'):<18} {name:<14} {fmt(counts['cpu']):>10} {fmt(counts['wall']):>11} "
+                f"{fmt(mx_cpu, ',.1f'):>11} {fmt(max(walls, default=None), ',.1f'):>12}"
+            )
+    for t in trees.values():
+        for key, what in (("stalls_top_cpu", "store/lookup"), ("noise_top_cpu", "constant-work")):
+            lines.append(f"{t.get('tree', '?')}: longest {what} ops by CPU")
+            kept = t.get(key)
+            if kept is None:
+                lines.append("  n/a (not recorded by this run)")
+            for s in (kept or [])[:worst]:
+                lines.append(
+                    f"  {s['op']:<6} at {s['blocks']:>11,} blocks  cpu {s['cpu_ms']:8.2f} ms  "
+                    f"wall {s['wall_ms']:8.2f} ms  {s['cause']}"
+                )
+    return "\n".join(lines)
