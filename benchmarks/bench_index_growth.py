@@ -227,7 +227,7 @@ def main() -> None:
             run_tree(tree, args.max_blocks, args.baseline, args.max_seconds, args.parts)
     result = combine(args.baseline, args.out, args.parts, args.from_results)
     print(table(result["trees"]), file=sys.stderr)  # stdout keeps its one JSON line
-    summary = {k: result[k] for k in ("bench", "baseline_commit", "goals") if k in result}
+    summary: dict[str, Any] = {k: result[k] for k in ("bench", "baseline_commit", "goals") if k in result}
     summary["blocks"] = {t: p["blocks"] for t, p in result["trees"].items()}
     summary["ratios"] = result.get("ratios")
     summary["stalls"] = {t: floor_summary(p) for t, p in result["trees"].items()}
