@@ -61,7 +61,7 @@ def watched_dicts(cache: Any) -> dict[str, Any]:
 
 
 class Stalls:
-    """The longest ops (wall clock), each with its cause."""
+    """The longest ops by wall clock and by CPU time, each with its cause, and counts of ops over 10 ms."""
 
     def __init__(self, gclog: GcLog, watched: dict[str, Any] | None = None) -> None:
         self.heap: list[tuple[int, int, dict[str, Any]]] = []
@@ -87,7 +87,10 @@ class Stalls:
     def note(self, op: str, blocks: int, t0: int, wall: int, cpu: int, r0: Rusage, r1: Rusage) -> None:
         """Keep the op if it is a stall; ``r0``/``r1`` are the thread's rusage just outside its window."""
         resized = self.probe() if self.objs else []
-        if wall < STALL_NS and cpu < STALL_NS // 4:
+        # Short ops are kept only while they are among the 10 longest by CPU: the constant-work op's
+        # are all short, and its longest by CPU is what the machine alone adds to fixed work.
+        floor = self.cpu_heap[0][0] if len(self.cpu_heap) == TOP else -1
+        if wall < STALL_NS and cpu < STALL_NS // 4 and cpu <= floor:
             return
         self.n_over_10ms += wall > 10_000_000
         self.n_cpu_over_10ms += cpu > 10_000_000

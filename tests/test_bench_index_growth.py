@@ -42,14 +42,27 @@ def test_a_kept_stall_says_whether_the_kernel_or_user_code_took_the_time(stalls:
     zero = rusage()
     s.note("store", 10, 0, 20_000_000, 20_000_000, zero, rusage(1.8, 18.2, minflt=4100))
     s.note("store", 11, 0, 21_000_000, 21_000_000, zero, rusage(21.0))
-    s.note("store", 12, 0, 5_000, 5_000, zero, rusage(minflt=9))  # not a stall: not kept, not counted
-    kernel, ours = sorted(s.top(by_cpu=True), key=lambda x: x["blocks"])
+    s.note("store", 12, 0, 5_000, 5_000, zero, rusage(minflt=9))  # short: kept (one of the 10 longest), not counted
+    kernel, ours, short = sorted(s.top(by_cpu=True), key=lambda x: x["blocks"])
     assert kernel["cause"].startswith("kernel: 4,100 minor page faults; user 1.8 ms, sys 18.2 ms")
     assert kernel["rusage"] == {"user_ms": 1.8, "sys_ms": 18.2, "minflt": 4100, "majflt": 0, "nvcsw": 0, "nivcsw": 0}
     assert ours["cause"] == (
         "unattributed user-mode CPU work; user 21.0 ms, sys 0.0 ms, 0 minor + 0 major faults, 0 vol + 0 invol switches"
     )
-    assert (s.n_cpu_over_10ms, s.n_over_10ms, len(s.top())) == (2, 2, 2)
+    assert short["cpu_ms"] == 0.005
+    assert (s.n_cpu_over_10ms, s.n_over_10ms, len(s.top())) == (2, 2, 3)
+
+
+def test_short_ops_are_kept_only_while_among_the_ten_longest_by_cpu(stalls: ModuleType) -> None:
+    """The constant-work op never reaches the stall threshold on a quiet machine: its top 10 by CPU
+    are still kept, and an op shorter than all of them is not."""
+    s = stalls.Stalls(NoGc())
+    for i in range(10):
+        s.note("noise", i, 0, 50_000 + i, 50_000 + i, rusage(), rusage())
+    s.note("noise", 10, 0, 20_000, 20_000, rusage(), rusage())
+    s.note("noise", 11, 0, 90_000, 90_000, rusage(), rusage())
+    assert [x["blocks"] for x in s.top(by_cpu=True)] == [11, 9, 8, 7, 6, 5, 4, 3, 2, 1]
+    assert (s.n_cpu_over_10ms, s.n_over_10ms) == (0, 0)
 
 
 def test_sys_time_without_faults_and_too_short_ops_are_told_apart(stalls: ModuleType) -> None:
