@@ -8,6 +8,12 @@ wall-clock stalls include preemption by other processes, CPU time is the cache's
 
     python benchmarks/bench_index_growth.py --max-blocks 100000          # quick, both trees
     python benchmarks/bench_index_growth.py --tree base ; ... --tree new ; ... --combine
+    python benchmarks/bench_index_growth.py --combine --from-results benchmarks/results/index_growth.json \
+        --out /tmp/x.json                                                # re-render a saved run
+
+Beside the goals, the constant-work op (a noise floor) gets its count of ops over 10 ms and its
+longest op, so a CPU stall of the cache can be told from one the machine gives any work; a table
+of each tree's longest ops and their causes goes to stderr ("n/a" for runs saved before).
 
 Goals (issue 15): p99.9 <= 2x p50 in every decade, no stall > 10 ms, <= 200 B/block, store and
 lookup p50 no worse than the baseline's. Prints one JSON line; writes
