@@ -154,7 +154,15 @@ def plot(base: dict[str, Any] | None, new: dict[str, Any] | None, path: Path) ->
         ax.bar([j + 0.2 * i + 0.4 for j in range(len(cpus))], cpus, 0.2, label=f"{t['tree']} cpu")
         noise = [s["cpu_ms"] for s in t.get("noise_top_cpu", [])]  # absent from runs saved before it was kept
         if noise:
-            ax.plot(range(len(noise)), noise, "x", color=f"C{i + 4}", label=f"{t['tree']} constant-work op cpu")
+            ax.plot(
+                range(len(noise)),
+                noise,
+                "x",
+                ms=8,
+                zorder=3,
+                color=("grey", "k")[i],
+                label=f"{t['tree']} constant-work op cpu",
+            )
     ax.axhline(10, color="grey", lw=0.8)
     ax.set(yscale="log", xlabel="rank", ylabel="ms", title="10 longest ops (wall; cpu; x: constant-work op)")
     ax.legend(fontsize=7)
