@@ -48,7 +48,7 @@ def test_sharded_dict_behaves_as_a_dict(ops, owner):
 
 
 # Each owner's selector: the byte of a bytes key it reads (from the end) and its prime for others.
-SPEC = {"index": (1, 251), "tier": (2, 241), "owners": (3, 239), "order": (4, 4093)}
+SPEC = {"index": (1, 251), "tier": (2, 241), "owners": (3, 239), "order": (4, 1021)}
 
 
 @given(KEYS)
@@ -56,8 +56,8 @@ def test_every_key_has_one_shard_in_range_for_every_owner(key):
     for owner, (back, prime) in SPEC.items():
         s = SELECTORS[owner](key)
         assert 0 <= s < (ORDER_SHARDS if owner == "order" else NSHARDS) and s == SELECTORS[owner](key)
-        if owner == "order":  # 12 bits: the fourth byte from the end, the low half of the fifth
-            want = key[-4] << 4 | key[-5] & 15 if isinstance(key, bytes) and len(key) > 4 else hash(key) % prime
+        if owner == "order":  # 10 bits: the fourth byte from the end, the two low bits of the fifth
+            want = key[-4] << 2 | key[-5] & 3 if isinstance(key, bytes) and len(key) > 4 else hash(key) % prime
         else:
             want = key[-back] if isinstance(key, bytes) and len(key) >= back else hash(key) % prime
         assert s == want, owner  # the expression its hot paths inline
@@ -72,7 +72,7 @@ def test_keys_spread_evenly_over_shards():
                 d[k] = None
             sizes = sorted(len(s) for s in d.shards if s)
             mean = len(keys) / len(sizes)
-            # 2x the mean; the order's 4,096 shards hold ~10 keys each here: 6 standard deviations
+            # 2x the mean; the order's 1,024 shards hold ~40 keys each here: 6 standard deviations
             assert sizes[-1] <= max(2 * mean, mean + 6 * mean**0.5), sizes[-5:]
             assert len(sizes) >= min(233, len(d.shards) * 0.9)  # every shard (bytes keys: all) is used
 
@@ -227,11 +227,10 @@ def test_no_insert_resizes_the_shards_of_two_maps_at_once():
     cache = ContextCache.from_config({"block_size": 4, "tiers": [{"kind": "memory", "capacity": "64MiB"}]})
     e = cache._engine
     slot, tier, maps = e.slots[0], e.tiers[0], _maps(cache)
-    picks = [(SELECTORS[o], maps[o], o == "order") for o in ("index", "tier", "owners", "order")]
+    picks = [(SELECTORS[o], maps[o]) for o in ("index", "tier", "owners", "order")]
 
     def tables(k: bytes) -> list[int]:
-        # An OrderedDict also grows by one 32-byte node per key: only its table counts.
-        return [sys.getsizeof(m[p(k)]) - (32 * len(m[p(k)]) if od else 0) for p, m, od in picks]
+        return [sys.getsizeof(m[p(k)]) for p, m in picks]
 
     rng = random.Random(0)
     together: Counter[int] = Counter()
@@ -247,5 +246,5 @@ def test_no_insert_resizes_the_shards_of_two_maps_at_once():
     shared = sum(n * c for n, c in together.items() if n > 1)
     assert resizes > 1500, together
     # One selector for all: every resize here would be four at once (together[4] ~ 500).
-    # (The order's 4,096 shards are small here and resize often, so three maps meet a few times.)
+    # (The order's 1,024 shards are small here and resize often, so three maps meet a few times.)
     assert together[4] == 0 and together[3] <= 0.01 * resizes and shared < 0.15 * resizes, together

@@ -7,8 +7,8 @@ every block, which grow in step and resize on the same insert). Split 256 ways, 
 
 Each owner's map picks shards by its own selector: the index by a bytes key's last byte, the
 memory tier by the one before, the slot's owners by the third from the end, the LRU/FIFO order
-by 12 bits of the fourth and fifth (``ORDER_SHARDS``, below). Block keys are 16-byte hashes, so each byte is uniform and independent of the
-others: with one shared selector, shard ``s`` of every map held the same keys, reached a resize
+by 10 bits of the fourth and fifth (``ORDER_SHARDS``, below). Block keys are 16-byte hashes, so
+each byte is uniform and independent of the others: with one shared selector, shard ``s`` of every map held the same keys, reached a resize
 threshold on the same insert, and four or five maps doubled together (10-18 ms at 2.8 M blocks).
 With one byte each, a shard of one map and the shard of another that a key lands in hold
 different, independently drawn counts, so their resizes fall on different inserts. Their dict
@@ -16,7 +16,7 @@ hash (siphash of the bytes) is independent of any one byte, so a shard's keys st
 its table. Indexing a byte costs a third of ``hash(key) % n``.
 
 Any other key goes to ``hash(key) % p``, with a different prime ``p`` per owner (251, 241, 239,
-4093): prime, so a shard's keys differ in the low hash bits where a dict starts probing (``& 255``
+1021): prime, so a shard's keys differ in the low hash bits where a dict starts probing (``& 255``
 would give them all the same first probe), and different, so the owners' partitions differ.
 Hot paths (the lookup walk, the memory tier, the slot, the LRU) inline their owner's expression
 to skip a Python call (tests/test_shardmap.py checks each copy against its owner's function);
@@ -29,10 +29,11 @@ from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, TypeVar, overload
 
 NSHARDS = 256
-# The LRU/FIFO order is split finer: an OrderedDict's resize also relinks its per-key nodes, which
-# costs ~6x a dict's of the same size (~10 ms at 21,846 keys, where 256 shards stand at 5.6 M blocks;
-# a plain dict ~1.5 ms). 4,096 shards keep the largest under ~2,500 keys at 10 M blocks.
-ORDER_SHARDS = 4096
+# The LRU/FIFO order is split finer: its dicts also take a delete and a re-insert per hit, so they
+# fill with deleted entries and rebuild (compact) every ~n hits besides growing; 1,024 shards keep
+# a compaction under ~10,000 keys at 10 M blocks, and the leading deleted entries a front read
+# skips few (docs/ARCHITECTURE.md, "The index at scale").
+ORDER_SHARDS = 1024
 
 
 # One selector per owner of a map of every block. The bodies are the expressions hot paths inline.
@@ -52,9 +53,9 @@ def owner_shard(key: object) -> int:
 
 
 def order_shard(key: object) -> int:
-    """The LRU/FIFO order's ``ORDER_SHARDS`` OrderedDicts: 12 bits, the fourth byte from the end and
-    the low half of the fifth."""
-    return (key[-4] << 4 | key[-5] & 15) if key.__class__ is bytes and len(key) > 4 else hash(key) % 4093  # type: ignore[index,arg-type]
+    """The LRU/FIFO order's ``ORDER_SHARDS`` dicts: 10 bits, the fourth byte from the end and the
+    two low bits of the fifth."""
+    return (key[-4] << 2 | key[-5] & 3) if key.__class__ is bytes and len(key) > 4 else hash(key) % 1021  # type: ignore[index,arg-type]
 
 
 SELECTORS: dict[str, Callable[[object], int]] = {

@@ -1,4 +1,4 @@
-"""LRU and FIFO keep their order in 256 shards (no O(n) resize of one map of every key) and must
+"""LRU and FIFO keep their order in ``ORDER_SHARDS`` dicts (no O(n) resize of one map of every key) and must
 still pick exactly the victims one global OrderedDict would: the reference below is the
 single-OrderedDict implementation they replaced, second chance for refused keys included."""
 

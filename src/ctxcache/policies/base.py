@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from ..shardmap import ORDER_SHARDS, untrack
+from ..shardmap import ORDER_SHARDS
 from ..units import Clock
 
 Key = Hashable
@@ -174,8 +174,9 @@ class ScoredPolicy(Policy):
 class OrderedPolicy(Policy):
     """A policy over one global order of keys, victim at the front (LRU, FIFO).
 
-    The order is split into ``ORDER_SHARDS`` OrderedDicts by ``shardmap.order_shard`` (one OrderedDict
-    of every block rebuilds its table, O(n), at each doubling). Each key carries a stamp
+    The order is split into ``ORDER_SHARDS`` plain dicts by ``shardmap.order_shard`` (one map of
+    every block rebuilds its table, O(n), at each doubling). A dict keeps insertion order, so a move
+    to the back is a delete and a re-insert. Each key carries a stamp
     (``_tick``), increasing with every insert or move to the back, so each shard is in stamp order
     and the global front is the shard front with the lowest stamp, found with a heap of
     ``(front stamp, shard)``.
@@ -185,18 +186,18 @@ class OrderedPolicy(Policy):
 
     def __init__(self, clock: Clock = time.monotonic) -> None:
         super().__init__(clock)
-        from collections import OrderedDict
-
-        self._shards: list[OrderedDict[Key, int]] = [OrderedDict() for _ in range(ORDER_SHARDS)]
-        for od in self._shards:  # keys and int stamps only: nothing for the cyclic GC to read
-            untrack(od)  # (tracked, each full collection would read every key: O(blocks))
+        # Plain dicts, not OrderedDicts: a hit costs a delete and an insert in C, against a relink
+        # plus a separate stamp write, and a dict's rebuild copies its entries in order where an
+        # OrderedDict's also relinks a node per key (docs/ARCHITECTURE.md, "The index at scale").
+        # Keys and int stamps only: the cyclic GC never tracks these dicts.
+        self._shards: list[dict[Key, int]] = [{} for _ in range(ORDER_SHARDS)]
         self._heap: list[tuple[int, int]] = []  # at most one entry per shard
         self._queued = [False] * ORDER_SHARDS  # the shard has its heap entry
         self._tick = itertools.count()
         self._n = 0
 
     def on_insert(self, key: Key) -> None:
-        s = (key[-4] << 4 | key[-5] & 15) if key.__class__ is bytes and len(key) > 4 else hash(key) % 4093
+        s = (key[-4] << 2 | key[-5] & 3) if key.__class__ is bytes and len(key) > 4 else hash(key) % 1021
         od = self._shards[s]
         if key in od:
             return  # already resident: it keeps its place
@@ -210,15 +211,15 @@ class OrderedPolicy(Policy):
     def _to_back(self, key: Key) -> None:
         """``key`` (resident) moves to the back of the order. KeyError if it is not resident."""
         od = self._shards[
-            (key[-4] << 4 | key[-5] & 15) if key.__class__ is bytes and len(key) > 4 else hash(key) % 4093
+            (key[-4] << 2 | key[-5] & 3) if key.__class__ is bytes and len(key) > 4 else hash(key) % 1021
         ]
-        od.move_to_end(key)
+        del od[key]
         od[key] = next(self._tick)
 
     def on_remove(self, key: Key) -> None:
         if (
             self._shards[
-                (key[-4] << 4 | key[-5] & 15) if key.__class__ is bytes and len(key) > 4 else hash(key) % 4093
+                (key[-4] << 2 | key[-5] & 3) if key.__class__ is bytes and len(key) > 4 else hash(key) % 1021
             ].pop(key, None)
             is not None
         ):
@@ -231,7 +232,7 @@ class OrderedPolicy(Policy):
         return (
             key
             in self._shards[
-                (key[-4] << 4 | key[-5] & 15) if key.__class__ is bytes and len(key) > 4 else hash(key) % 4093
+                (key[-4] << 2 | key[-5] & 3) if key.__class__ is bytes and len(key) > 4 else hash(key) % 1021
             ]
         )
 

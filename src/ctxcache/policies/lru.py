@@ -18,6 +18,6 @@ class LRU(OrderedPolicy):
     def on_hits(self, keys: Iterable[Key]) -> None:
         shards, tick = self._shards, self._tick
         for key in keys:
-            od = shards[(key[-4] << 4 | key[-5] & 15) if key.__class__ is bytes and len(key) > 4 else hash(key) % 4093]
-            od.move_to_end(key)
+            od = shards[(key[-4] << 2 | key[-5] & 3) if key.__class__ is bytes and len(key) > 4 else hash(key) % 1021]
+            del od[key]  # a dict keeps insertion order: re-inserted, the key is at the back
             od[key] = next(tick)
