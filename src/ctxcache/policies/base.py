@@ -210,9 +210,7 @@ class OrderedPolicy(Policy):
 
     def _to_back(self, key: Key) -> None:
         """``key`` (resident) moves to the back of the order. KeyError if it is not resident."""
-        od = self._shards[
-            (key[-4] << 2 | key[-5] & 3) if key.__class__ is bytes and len(key) > 4 else hash(key) % 1021
-        ]
+        od = self._shards[(key[-4] << 2 | key[-5] & 3) if key.__class__ is bytes and len(key) > 4 else hash(key) % 1021]
         del od[key]
         od[key] = next(self._tick)
 
