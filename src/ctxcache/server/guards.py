@@ -3,7 +3,11 @@
 - A request id (the client's ``x-request-id`` if it is a short token, else a new one) is put in
   ``scope["state"]`` and echoed in the response headers, so a client's report can be found in the log.
 - A body over ``max_body_bytes`` is refused with 413 as it arrives (by Content-Length, or while
-  it streams in), before anything parses or tokenizes it.
+  it streams in), before anything parses or tokenizes it. The rest of a refused body is read and
+  dropped (up to ``DRAIN_BYTES`` / ``DRAIN_SECONDS``) before the 413 goes out: closing a socket
+  with unread data makes the kernel reset the connection, and a reset that overtakes the 413
+  leaves the client with "peer closed connection" instead of the answer (an HTTP server's
+  lingering close).
 - A trailing slash is dropped (``/v1/chat/completions/`` is the route without it): a redirect of a
   POST is an empty 307 to most clients.
 - An exception that escapes the app becomes a 500 in the API's own shape that says only
@@ -12,6 +16,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -25,6 +31,25 @@ from .deps import error_body, internal_message
 
 log = logging.getLogger("ctxcache.server")
 _GOOD_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+DRAIN_BYTES = 64 << 20  # past this much of a refused body, close anyway (the client may see a reset)
+DRAIN_SECONDS = 2.0
+
+
+async def _drain(receive: Receive, seen: int = 0) -> None:
+    """Read and drop the rest of a refused request body, within the bounds above."""
+
+    async def read_rest() -> None:
+        nonlocal seen
+        while seen <= DRAIN_BYTES:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                return
+            seen += len(msg.get("body", b""))
+            if not msg.get("more_body", False):
+                return
+
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(read_rest(), DRAIN_SECONDS)
 
 
 class _TooLarge(HTTPException):
@@ -57,6 +82,9 @@ class RequestGuard:
 
         declared = self._declared_length(scope)
         if declared is not None and declared > self.max_body_bytes:
+            # A client waiting for "100 Continue" has sent nothing: reading would invite the body.
+            if dict(scope.get("headers") or ()).get(b"expect", b"").lower() != b"100-continue":
+                await _drain(receive)
             await self._too_large(scope, send_with_id)
             return
         try:
@@ -88,6 +116,8 @@ class RequestGuard:
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > self.max_body_bytes:
+                    if msg.get("more_body", False):
+                        await _drain(receive, seen)
                     raise _TooLarge(413, self._message())
             return msg
 
