@@ -1,12 +1,13 @@
 """How many inserts resize the shards of several maps at once, one selector for all maps vs one each.
 
-The index, the memory tier, the slot and the LRU/FIFO order each keep a 256-way sharded map of
-every block. A shard's table is rebuilt when an insert finds it full; which insert that is depends
+The index, the memory tier and the slot each keep a 256-way sharded map of every block, the
+LRU/FIFO order a 1,024-way one (``shardmap.ORDER_SHARDS``). A shard's table is rebuilt when an insert finds it full; which insert that is depends
 only on how many keys the shard holds. This counts, for 16-byte random keys inserted one by one up
 to ``--blocks``, the inserts at which 2, 3 or 4 of the maps rebuild a shard, for the old choice
-(every map by ``key[-1]``) and the current one (``shardmap.SELECTORS``: a byte each). The rebuild
-points are read off a real dict and OrderedDict (``sys.getsizeof`` jumps), so this follows the
-interpreter's growth rule; the per-insert arithmetic is numpy. Prints one JSON line, writes
+(every map by ``key[-1]``) and the current one (``shardmap.SELECTORS``: a byte each, 10 bits for
+the order). The rebuild points are read off a real dict (``sys.getsizeof`` jumps; every map is a
+plain dict), so this follows the interpreter's growth rule; the per-insert arithmetic is numpy.
+(Growth only: the order's dicts also compact after hits, which this does not model.) Prints one JSON line, writes
 benchmarks/results/resize_stagger.json.
 """
 
@@ -15,51 +16,49 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ctxcache.shardmap import NSHARDS, SELECTORS
+from ctxcache.shardmap import NSHARDS, ORDER_SHARDS, SELECTORS
 
 OUT = Path(__file__).resolve().parent / "results" / "resize_stagger.json"
 
 
-def rebuild_points(limit: int) -> tuple[list[int], list[int]]:
-    """Shard sizes (keys after the insert) at which a dict / an OrderedDict rebuilds its table."""
-    out: tuple[list[int], list[int]] = ([], [])
-    for kind, points in zip((dict, OrderedDict), out):
-        d: Any = kind()
-        last = sys.getsizeof(d)
-        for i in range(limit):
-            d[i] = None
-            size = sys.getsizeof(d) - (32 * len(d) if kind is OrderedDict else 0)  # its link nodes
-            if size != last and i > 0:
-                points.append(i + 1)
-            last = size
-    return out
+def rebuild_points(limit: int) -> list[int]:
+    """Shard sizes (keys after the insert) at which a dict rebuilds its table."""
+    points: list[int] = []
+    d: dict[int, None] = {}
+    last = sys.getsizeof(d)
+    for i in range(limit):
+        d[i] = None
+        size = sys.getsizeof(d)
+        if size != last and i > 0:
+            points.append(i + 1)
+        last = size
+    return points
 
 
 def ordinals(shard: np.ndarray) -> np.ndarray:
     """For each insert, how many keys its shard holds after it (1 for the shard's first key)."""
     order = np.argsort(shard, kind="stable")
-    counts = np.bincount(shard, minlength=NSHARDS)
+    counts = np.bincount(shard)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     ranks = np.empty_like(order)
     ranks[order] = np.arange(len(shard)) - np.repeat(starts, counts)
     return ranks + 1
 
 
-def count(keys: np.ndarray, bytes_back: list[int], points: list[list[int]], large: int) -> dict[str, Any]:
+def count(shards: list[np.ndarray], points: list[int], large: int) -> dict[str, Any]:
     """Inserts at which k maps rebuild a shard (k = 1..4), for all rebuilds and for those of shards
     of at least ``large`` keys (the costly ones), and where the last multi-map ones fall."""
-    events = np.zeros(len(keys), dtype=np.int8)
-    big = np.zeros(len(keys), dtype=np.int8)
-    for back, pts in zip(bytes_back, points):
-        ords = ordinals(keys[:, -back].astype(np.int64))
-        events += np.isin(ords, pts)
-        big += np.isin(ords, [p for p in pts if p >= large])
+    events = np.zeros(len(shards[0]), dtype=np.int8)
+    big = np.zeros(len(shards[0]), dtype=np.int8)
+    for shard in shards:
+        ords = ordinals(shard)
+        events += np.isin(ords, points)
+        big += np.isin(ords, [p for p in points if p >= large])
     hist, hist_big = np.bincount(events, minlength=5), np.bincount(big, minlength=5)
     multi = np.nonzero(big >= 2)[0]
     return {
@@ -76,17 +75,20 @@ def main() -> None:
     ap.add_argument("--large", type=int, default=5462, help="a costly rebuild: a shard of this many keys")
     args = ap.parse_args()
     keys = np.random.default_rng(0).integers(0, 256, size=(args.blocks, 16), dtype=np.uint8)
-    dict_pts, od_pts = rebuild_points(2 * args.blocks // NSHARDS + 1000)
-    points = [dict_pts, dict_pts, dict_pts, od_pts]  # index, tier, owners: dicts; the order: OrderedDicts
+    points = rebuild_points(2 * args.blocks // NSHARDS + 1000)
+    k = keys.astype(np.int64)
+    # Each owner's selector, vectorized (tests/test_shardmap.py checks the scalar ones).
+    each = [k[:, -1], k[:, -2], k[:, -3], k[:, -4] << 2 | k[:, -5] & 3]
     probe = bytes(range(1, 17))
-    each = [17 - SELECTORS[o](probe) for o in ("index", "tier", "owners", "order")]  # bytes from the end
+    want = [SELECTORS[o](probe) for o in ("index", "tier", "owners", "order")]
+    pk = np.frombuffer(probe, np.uint8).astype(np.int64)
+    assert want == [pk[-1], pk[-2], pk[-3], pk[-4] << 2 | pk[-5] & 3] and ORDER_SHARDS == 1024
     result = {
         "bench": "resize_stagger",
         "blocks": args.blocks,
-        "rebuild_points_dict": dict_pts,
-        "one_selector_for_all": count(keys, [1, 1, 1, 1], points, args.large),
-        "selector_per_owner": count(keys, each, points, args.large),
-        "bytes_from_end": each,
+        "rebuild_points_dict": points,
+        "one_selector_for_all": count([k[:, -1]] * 4, points, args.large),
+        "selector_per_owner": count(each, points, args.large),
     }
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result, indent=1))
