@@ -50,11 +50,13 @@ bench: install redis-server
 	$(BIN)/python benchmarks/bench_observability.py
 
 # The index growing to millions of blocks, today's tree against the one before the sharding
-# (ff0c450), each in its own process; run on an idle machine (~25 min; docs/index-scale.md).
+# (ff0c450), each in its own process (~20 min each), then the LRU order's structures alone
+# (~10 min); run on an idle machine (docs/index-scale.md).
 bench-index: install
-	$(BIN)/python benchmarks/bench_index_growth.py --tree base --max-blocks 10000000 --max-seconds 780
-	$(BIN)/python benchmarks/bench_index_growth.py --tree new --max-blocks 10000000 --max-seconds 780
+	$(BIN)/python benchmarks/bench_index_growth.py --tree base --max-blocks 10000000 --max-seconds 1700
+	$(BIN)/python benchmarks/bench_index_growth.py --tree new --max-blocks 10000000 --max-seconds 1700
 	$(BIN)/python benchmarks/bench_index_growth.py --combine
+	$(BIN)/python benchmarks/bench_order_shards.py
 
 # The serving benchmark: 10 sessions x 6 turns against the live server, cache on/off and a
 # block-size sweep (~15 min on 2 cores).
