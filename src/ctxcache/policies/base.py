@@ -186,9 +186,10 @@ class OrderedPolicy(Policy):
 
     def __init__(self, clock: Clock = time.monotonic) -> None:
         super().__init__(clock)
-        # Plain dicts, not OrderedDicts: a hit costs a delete and an insert in C, against a relink
-        # plus a separate stamp write, and a dict's rebuild copies its entries in order where an
-        # OrderedDict's also relinks a node per key (docs/ARCHITECTURE.md, "The index at scale").
+        # Plain dicts, not OrderedDicts: a hit is a delete and an insert of the new stamp, where an
+        # OrderedDict took a relink and then the stamp write, and a dict's rebuild copies its entries
+        # in order where an OrderedDict's also relinks a node per key (docs/ARCHITECTURE.md, "The
+        # index at scale").
         # Keys and int stamps only: the cyclic GC never tracks these dicts.
         self._shards: list[dict[Key, int]] = [{} for _ in range(ORDER_SHARDS)]
         self._heap: list[tuple[int, int]] = []  # at most one entry per shard

@@ -31,15 +31,15 @@ from .deps import error_body, internal_message
 
 log = logging.getLogger("ctxcache.server")
 _GOOD_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-DRAIN_BYTES = 64 << 20  # past this much of a refused body, close anyway (the client may see a reset)
+DRAIN_BYTES = 64 << 20  # past this much more of a refused body, close anyway (the client may see a reset)
 DRAIN_SECONDS = 2.0
 
 
-async def _drain(receive: Receive, seen: int = 0) -> None:
+async def _drain(receive: Receive) -> None:
     """Read and drop the rest of a refused request body, within the bounds above."""
 
     async def read_rest() -> None:
-        nonlocal seen
+        seen = 0
         while seen <= DRAIN_BYTES:
             msg = await receive()
             if msg["type"] != "http.request":
@@ -117,7 +117,7 @@ class RequestGuard:
                 seen += len(msg.get("body", b""))
                 if seen > self.max_body_bytes:
                     if msg.get("more_body", False):
-                        await _drain(receive, seen)
+                        await _drain(receive)
                     raise _TooLarge(413, self._message())
             return msg
 
