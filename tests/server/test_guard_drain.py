@@ -94,3 +94,11 @@ def test_the_drain_stops_at_its_time_bound_when_the_client_stalls(monkeypatch, h
     monkeypatch.setattr(guards, "DRAIN_SECONDS", 0.05)
     wire = Wire([b"x" * 5000], hang=True)  # sends over the limit, then nothing more
     assert run(wire, headers) == 413
+
+
+def test_the_byte_bound_counts_what_the_drain_reads_not_what_came_before(monkeypatch):
+    """A limit above the drain bound (max_body_bytes is configurable) still drains."""
+    monkeypatch.setattr(guards, "DRAIN_BYTES", 2000)
+    wire = Wire([b"x" * 1000] * 10)
+    assert run(wire, {}) == 413  # over LIMIT after 5 reads, then 3 more: past 2,000 drained bytes
+    assert wire.events.index("http.response.start") == 8
