@@ -77,3 +77,26 @@ def test_the_trace_writes_json_lines(monkeypatch, tmp_path):
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert rows[-1]["rss"] > 0 and rows[-1]["tiers"][0]["accounted"] == 100 == rows[-1]["tiers"][0]["held"]
     assert {"uordblks", "threads", "write_buffer", "py_traced", "py_growth"} <= set(rows[-1])
+
+
+def test_stop_waits_for_a_sample_in_progress(monkeypatch, tmp_path):
+    """Stopping tracemalloc right after ``stop()`` (as a shutdown does) must not meet a sample still
+    taking a snapshot: that raised "tracemalloc must be tracing" in the trace's thread."""
+    import threading
+
+    inside, finished = threading.Event(), threading.Event()
+    real = memtrace.rss_parts
+
+    def slow_rss_parts():
+        inside.set()
+        time.sleep(0.3)
+        out = real()
+        finished.set()
+        return out
+
+    monkeypatch.setattr(memtrace, "rss_parts", slow_rss_parts)
+    cache = ContextCache.from_config({"block_size": 4})
+    trace = memtrace.MemTrace(tmp_path / "trace.jsonl", cache, every_s=0.01)
+    assert inside.wait(10)
+    trace.stop()
+    assert finished.is_set() and not trace._thread.is_alive()

@@ -116,7 +116,7 @@ class MemTrace:
         row["tiers"] = tier_report(self.cache)
         row["write_buffer"] = self.cache._engine.placement.mover.buffered
         row["gc_objects"] = len(gc.get_objects())
-        if self.frames:
+        if self.frames and tracemalloc.is_tracing():  # the host may have stopped it
             snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
             row["py_traced"] = tracemalloc.get_traced_memory()[0]
             if self._first is None:
@@ -138,8 +138,12 @@ class MemTrace:
                 f.write(json.dumps(self.sample()) + "\n")
                 f.flush()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop sampling and wait for a sample in progress: once this returns, the trace is no
+        longer reading tracemalloc or the cache, so a caller may stop tracemalloc or close the cache."""
         self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
 
 
 def start_from_env(cache: Any) -> MemTrace | None:
