@@ -64,7 +64,8 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        given = dict(scope.get("headers") or ()).get(b"x-request-id", b"").decode("latin-1")
+        headers = dict(scope.get("headers") or ())
+        given = headers.get(b"x-request-id", b"").decode("latin-1")
         rid = given if _GOOD_ID.fullmatch(given) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = rid
         path = scope.get("path", "")
@@ -83,7 +84,7 @@ class RequestGuard:
         declared = self._declared_length(scope)
         if declared is not None and declared > self.max_body_bytes:
             # A client waiting for "100 Continue" has sent nothing: reading would invite the body.
-            if dict(scope.get("headers") or ()).get(b"expect", b"").lower() != b"100-continue":
+            if headers.get(b"expect", b"").lower() != b"100-continue":
                 await _drain(receive)
             await self._too_large(scope, send_with_id)
             return
