@@ -192,6 +192,13 @@ def reseal(blob: bytes) -> bytes:
     return bytes(b)
 
 
+def fixed_field(blob: bytes, offset: int, fmt: str, value: int) -> bytes:
+    """The blob with one fixed-header field changed and both checksums recomputed."""
+    b = bytearray(blob)
+    struct.pack_into(fmt, b, offset, value)
+    return reseal(bytes(b))
+
+
 def mutate(blob: bytes, seed: int) -> bytes:
     """1-4 random flips, overwrites, cuts or insertions, then maybe resealed. A seeded PRNG instead of
     one hypothesis draw per choice keeps each case well under a millisecond."""

@@ -17,7 +17,7 @@ from ctxcache.engine.sealing import TenantSealer
 from ctxcache.errors import ConfigError, CorruptBlockError, PayloadError
 from ctxcache.payload import check_payload, flatten
 
-from .test_codec import reseal
+from .test_codec import fixed_field, reseal
 
 KEY = bytes(range(16))
 
@@ -139,24 +139,18 @@ def test_crafted_array_tables_are_corrupt_even_with_valid_checksums():
         Codec().decode(reseal(bytes(edited)))
 
 
-def edited(blob: bytes, offset: int, fmt: str, value: int) -> bytes:
-    b = bytearray(blob)
-    struct.pack_into(fmt, b, offset, value)
-    return reseal(bytes(b))
-
-
 def test_crafted_lengths_in_the_header_and_the_array_table_are_refused():
     # A header length too short for its own fields, checksummed over what it claims: the restart
     # scan reads headers alone (read_header), so it must refuse it there, not read past it.
     blob = Codec().encode([np.ones(2)], KEY, tenant=b"t" * 255)
     with pytest.raises(CorruptBlockError, match="bad header length"):
-        read_header(edited(blob, 24, "<I", 64))
+        read_header(fixed_field(blob, 24, "<I", 64))
     entry = FIXED_HEADER_SIZE + len(KEY)
     plain = Codec().encode([np.zeros(2)], KEY)  # zero bytes after the table: a valid utf-8 name
     with pytest.raises(CorruptBlockError, match="bad array entry"):
-        Codec().decode(edited(plain, entry + 2, "<B", 17))  # 17 dims: more than the encoder writes
+        Codec().decode(fixed_field(plain, entry + 2, "<B", 17))  # 17 dims: more than the encoder writes
     with pytest.raises(CorruptBlockError, match="array table overruns the header"):
-        Codec().decode(edited(plain, entry + 4, "<H", 64))  # a name running past the header
+        Codec().decode(fixed_field(plain, entry + 4, "<H", 64))  # a name running past the header
 
 
 def test_each_checksum_names_the_part_it_caught():

@@ -16,7 +16,7 @@ from ctxcache.codec import _FIXED, MAGIC, MODES, Codec, header_length, read_head
 from ctxcache.engine.sealing import TenantSealer
 from ctxcache.errors import ConfigError, CorruptBlockError, PayloadError
 
-from .test_codec import reseal
+from .test_codec import fixed_field, reseal
 
 KEY = bytes(range(16))
 IDS = "block keys and tenant ids are at most 255 bytes and depth fits in 32 bits"
@@ -158,13 +158,6 @@ def test_a_decompressed_payload_of_another_length_is_corrupt():
     struct.pack_into("<Q", blob, 28, raw_len + 64)  # the header claims more than the frame holds
     with pytest.raises(CorruptBlockError, match="^decompressed payload length mismatch$"):
         Codec().decode(reseal(bytes(blob)))
-
-
-def fixed_field(blob: bytes, offset: int, fmt: str, value: int) -> bytes:
-    """The blob with one fixed-header field changed and both checksums recomputed."""
-    b = bytearray(blob)
-    struct.pack_into(fmt, b, offset, value)
-    return reseal(bytes(b))
 
 
 def test_headers_a_reader_cannot_trust_are_refused_even_with_valid_checksums():

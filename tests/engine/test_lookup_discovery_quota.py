@@ -22,11 +22,17 @@ def _write_down(cache):
     cache.flush()
 
 
-def test_discovered_blocks_stay_within_the_tenants_quota(tmp_path, redis_url):
+def _writer(tmp_path, redis_url, prompts):
+    """A cache that stored ``prompts`` for tenant b and wrote them down to the shared Redis."""
     writer = _shared(tmp_path, redis_url, {"b": {}})
-    for i in range(3):
+    for i in range(prompts):
         ask(writer, "b", prompt_of(i))
     _write_down(writer)
+    return writer
+
+
+def test_discovered_blocks_stay_within_the_tenants_quota(tmp_path, redis_url):
+    writer = _writer(tmp_path, redis_url, 3)
     assert writer.slots[1].tier.nbytes(writer.prompt(prompt_of(0), "b").keys()[0]) == BLOB
     writer.close()
     reader = _shared(tmp_path, redis_url, {"b": {"quota": {"redis": 6 * BLOB}}})
@@ -40,9 +46,7 @@ def test_discovered_blocks_stay_within_the_tenants_quota(tmp_path, redis_url):
 
 
 def test_a_quota_of_zero_adopts_nothing(tmp_path, redis_url):
-    writer = _shared(tmp_path, redis_url, {"b": {}})
-    ask(writer, "b", prompt_of(0))
-    _write_down(writer)
+    writer = _writer(tmp_path, redis_url, 1)
     writer.close()
     reader = _shared(tmp_path, redis_url, {"b": {"quota": {"redis": 0}}})
     assert ask(reader, "b", prompt_of(0)) == 0  # the tenant may not hold anything in Redis
@@ -51,10 +55,7 @@ def test_a_quota_of_zero_adopts_nothing(tmp_path, redis_url):
 
 
 def test_discovered_blocks_stay_within_the_tiers_capacity(tmp_path, redis_url):
-    writer = _shared(tmp_path, redis_url, {"b": {}})
-    for i in range(3):
-        ask(writer, "b", prompt_of(i))
-    _write_down(writer)
+    writer = _writer(tmp_path, redis_url, 3)
     writer.close()
     reader = _shared(tmp_path, redis_url, {"b": {}}, capacity=6 * BLOB)
     for i in range(3):
