@@ -130,6 +130,25 @@ def test_negative_ids_rejected_for_every_signed_dtype(dtype):
         as_token_array(np.array([3, 0, -1, 0], dtype=dtype)[::2][::-1])  # non-contiguous view
 
 
+def test_int32_fast_path_reads_the_sign_of_every_token():
+    """Native contiguous int32 arrays skip the numpy reduction: their sign bytes are checked
+    instead, so a negative id at any position (and at the int32 minimum) is still refused, and a
+    valid array is returned as is (no copy)."""
+    for n in (1, 4, 17, 128):
+        ok = np.arange(n, dtype=np.int32) * (2**31 // max(n, 2))
+        ok[-1] = 2**31 - 1
+        assert as_token_array(ok) is ok
+        for pos in {0, n // 2, n - 1}:
+            for bad in (-1, -(2**31), -256, -(2**24)):
+                arr = ok.copy()
+                arr[pos] = bad
+                with pytest.raises(InvalidTokensError, match=f"non-negative; found {bad}"):
+                    as_token_array(arr)
+    assert as_token_array(np.empty(0, dtype=np.int32)).tolist() == []
+    swapped = np.array([1, 2], dtype=np.int32).byteswap().view(np.dtype(np.int32).newbyteorder())
+    assert as_token_array(swapped).tolist() == [1, 2]  # not native: the general path converts it
+
+
 def test_unsigned_and_boundary_ids():
     assert as_token_array(np.array([0, 2**31 - 1], dtype=np.uint32)).tolist() == [0, 2**31 - 1]
     with pytest.raises(InvalidTokensError, match="int32"):

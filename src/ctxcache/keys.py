@@ -13,6 +13,7 @@ keys that leave the process, where another party may see or choose them.
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
@@ -29,6 +30,9 @@ HashName = Literal["xxh3", "blake3"]
 HASHES: tuple[str, ...] = ("xxh3", "blake3")
 Tokens = Sequence[int] | np.ndarray
 _INT32_MAX = 2**31 - 1
+_NATIVE_I4 = np.dtype(np.int32)
+# The byte of each native int32 that holds its sign: 3 of every 4 on a little-endian machine.
+_SIGN_BYTE = 3 if sys.byteorder == "little" else 0
 
 
 class _Stored(Protocol):
@@ -71,6 +75,16 @@ class Namespace:
 def as_token_array(tokens: Tokens) -> np.ndarray:
     """Validate tokens and return them as a contiguous int32 array (no copy when already so)."""
     if isinstance(tokens, np.ndarray):
+        # What every engine request passes (int32 ids). A numpy reduction costs ~1.5 µs at any
+        # length; every sign byte below 0x80 (an ASCII check, a C scan of a strided copy) is the
+        # same bound, non-negative, in ~0.3 µs for 128 tokens.
+        if (
+            tokens.dtype is _NATIVE_I4
+            and tokens.ndim == 1
+            and tokens.flags.c_contiguous
+            and tokens.tobytes()[_SIGN_BYTE::4].isascii()
+        ):
+            return tokens
         arr = tokens
     elif isinstance(tokens, (str, bytes, bytearray)) or not isinstance(tokens, Sequence):
         raise TokenTypeError(
@@ -142,18 +156,18 @@ class BlockHasher:
     def _stream(self, buf: bytes, ns: Namespace, parent: bytes, start: int, stop: int) -> Iterator[bytes]:
         """Keys of blocks ``start`` .. ``stop - 1`` of ``buf``, chained on ``parent`` (the key of
         block ``start - 1``, or the namespace root). Lazy: a lookup that misses at block 0 hashes
-        one block. The streaming hasher reads the request's buffer in place (no concatenation)."""
-        view = memoryview(buf)
+        one block."""
         s = self._stride
         if self.hash == "xxh3":
-            stream = xxhash.xxh3_128
+            # One call on parent + block (an 80-byte copy) gives the streaming hasher's digest in
+            # a third of its three calls: keys are unchanged, so stored blocks stay reachable.
+            digest = xxhash.xxh3_128_digest
             seed = int.from_bytes(ns.secret[16:24], "little")
             for off in range(start * s, stop * s, s):
-                h = stream(parent, seed)
-                h.update(view[off : off + s])
-                parent = h.digest()
+                parent = digest(parent + buf[off : off + s], seed)
                 yield parent
         else:
+            view = memoryview(buf)
             template = blake3.blake3(key=ns.secret)
             for off in range(start * s, stop * s, s):
                 b = template.copy()
