@@ -1,11 +1,12 @@
 """How many inserts resize the shards of several maps at once, one selector for all maps vs one each.
 
 The index, the memory tier and the slot each keep a 256-way sharded map of every block, the
-LRU/FIFO order a 1,024-way one (``shardmap.ORDER_SHARDS``). A shard's table is rebuilt when an insert finds it full; which insert that is depends
+LRU/FIFO order a 1,021-way one (``shardmap.ORDER_SHARDS``). A shard's table is rebuilt when an
+insert finds it full; which insert that is depends
 only on how many keys the shard holds. This counts, for 16-byte random keys inserted one by one up
 to ``--blocks``, the inserts at which 2, 3 or 4 of the maps rebuild a shard, for the old choice
-(every map by ``key[-1]``) and the current one (``shardmap.SELECTORS``: a byte each, 10 bits for
-the order). The rebuild points are read off a real dict (``sys.getsizeof`` jumps; every map is a
+(every map by ``key[-1]``) and the current one (``shardmap.SELECTORS``: the index by
+``key[-1]``, the others by ``hash(key) % p``, a prime each; the keys' Python hashes are computed). The rebuild points are read off a real dict (``sys.getsizeof`` jumps; every map is a
 plain dict), so this follows the interpreter's growth rule; the per-insert arithmetic is numpy.
 (Growth only: the order's dicts also compact after hits, which this does not model.) Prints one JSON line, writes
 benchmarks/results/resize_stagger.json.
@@ -77,12 +78,13 @@ def main() -> None:
     keys = np.random.default_rng(0).integers(0, 256, size=(args.blocks, 16), dtype=np.uint8)
     points = rebuild_points(2 * args.blocks // NSHARDS + 1000)
     k = keys.astype(np.int64)
-    # Each owner's selector, vectorized (tests/test_shardmap.py checks the scalar ones).
-    each = [k[:, -1], k[:, -2], k[:, -3], k[:, -4] << 2 | k[:, -5] & 3]
-    probe = bytes(range(1, 17))
-    want = [SELECTORS[o](probe) for o in ("index", "tier", "owners", "order")]
-    pk = np.frombuffer(probe, np.uint8).astype(np.int64)
-    assert want == [pk[-1], pk[-2], pk[-3], pk[-4] << 2 | pk[-5] & 3] and ORDER_SHARDS == 1024
+    buf = keys.tobytes()
+    h = np.fromiter((hash(buf[i : i + 16]) for i in range(0, len(buf), 16)), dtype=np.int64, count=args.blocks)
+    # Each owner's selector, vectorized (numpy's % takes the divisor's sign, as Python's does).
+    each = [k[:, -1], h % 241, h % 239, h % ORDER_SHARDS]
+    probes = [bytes(keys[i]) for i in range(min(1000, args.blocks))]
+    for o, col in zip(("index", "tier", "owners", "order"), each):
+        assert [SELECTORS[o](p) for p in probes] == col[: len(probes)].tolist(), o
     result = {
         "bench": "resize_stagger",
         "blocks": args.blocks,

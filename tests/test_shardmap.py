@@ -47,19 +47,17 @@ def test_sharded_dict_behaves_as_a_dict(ops, owner):
     assert len(got) == len(ref) and dict(got.items()) == ref and set(got) == set(ref)
 
 
-# Each owner's selector: the byte of a bytes key it reads (from the end) and its prime for others.
-SPEC = {"index": (1, 251), "tier": (2, 241), "owners": (3, 239), "order": (4, 1021)}
+# Each owner's selector: the index reads a bytes key's last byte (else ``hash % 251``); the others
+# take ``hash(key) % p``, a prime each.
+PRIMES = {"index": 251, "tier": 241, "owners": 239, "order": 1021}
 
 
 @given(KEYS)
 def test_every_key_has_one_shard_in_range_for_every_owner(key):
-    for owner, (back, prime) in SPEC.items():
+    for owner, prime in PRIMES.items():
         s = SELECTORS[owner](key)
         assert 0 <= s < (ORDER_SHARDS if owner == "order" else NSHARDS) and s == SELECTORS[owner](key)
-        if owner == "order":  # 10 bits: the fourth byte from the end, the two low bits of the fifth
-            want = key[-4] << 2 | key[-5] & 3 if isinstance(key, bytes) and len(key) > 4 else hash(key) % prime
-        else:
-            want = key[-back] if isinstance(key, bytes) and len(key) >= back else hash(key) % prime
+        want = key[-1] if owner == "index" and isinstance(key, bytes) and key else hash(key) % prime
         assert s == want, owner  # the expression its hot paths inline
 
 

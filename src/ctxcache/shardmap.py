@@ -5,19 +5,18 @@ entry (hundreds of ms, and the index, the memory tier, the slot and the policy a
 every block, which grow in step and resize on the same insert). Split 256 ways, a resize copies
 1/256 of the keys.
 
-Each owner's map picks shards by its own selector: the index by a bytes key's last byte, the
-memory tier by the one before, the slot's owners by the third from the end, the LRU/FIFO order
-by 10 bits of the fourth and fifth (``ORDER_SHARDS``, below). Block keys are 16-byte hashes, so
-each byte is uniform and independent of the others: with one shared selector, shard ``s`` of every map held the same keys, reached a resize
-threshold on the same insert, and four or five maps doubled together (10-18 ms at 2.8 M blocks).
-With one byte each, a shard of one map and the shard of another that a key lands in hold
-different, independently drawn counts, so their resizes fall on different inserts. Their dict
-hash (siphash of the bytes) is independent of any one byte, so a shard's keys still spread over
-its table. Indexing a byte costs a third of ``hash(key) % n``.
-
-Any other key goes to ``hash(key) % p``, with a different prime ``p`` per owner (251, 241, 239,
-1021): prime, so a shard's keys differ in the low hash bits where a dict starts probing (``& 255``
-would give them all the same first probe), and different, so the owners' partitions differ.
+Each owner's map picks shards by its own selector: the index by a bytes key's last byte (the
+lookup walk indexes its shards by it inline), the memory tier, the slot's owners and the LRU/FIFO
+order by ``hash(key) % p`` with a different prime ``p`` each (241, 239 and ``ORDER_SHARDS`` =
+1021; 251 for the index's keys that are not bytes). With one shared selector, shard ``s`` of
+every map held the same keys, reached a resize threshold on the same insert, and four or five
+maps doubled together (10-18 ms at 2.8 M blocks). With a selector each, the shard of one map and
+the shard of another that a key lands in hold independently drawn counts (the residues of one
+uniform hash modulo different primes are independent, and independent of its last byte), so
+their resizes fall on different inserts. Prime, so a shard's keys still differ in the low hash
+bits where a dict starts probing (``& 255`` would give them all the same first probe). A bytes
+object caches its hash, so ``hash(key) % p`` costs less than a guarded byte expression (the
+selectors used the key's bytes until issue 15's p50 work: ~45 ns more per map access).
 Hot paths (the lookup walk, the memory tier, the slot, the LRU) inline their owner's expression
 to skip a Python call (tests/test_shardmap.py checks each copy against its owner's function);
 everything else goes through the mapping methods.
@@ -30,10 +29,10 @@ from typing import Any, TypeVar, overload
 
 NSHARDS = 256
 # The LRU/FIFO order is split finer: its dicts also take a delete and a re-insert per hit, so they
-# fill with deleted entries and rebuild (compact) every ~n hits besides growing; 1,024 shards keep
+# fill with deleted entries and rebuild (compact) every ~n hits besides growing; ~1,000 shards keep
 # a compaction under ~10,000 keys at 10 M blocks, and the leading deleted entries a front read
 # skips few (docs/ARCHITECTURE.md, "The index at scale").
-ORDER_SHARDS = 1024
+ORDER_SHARDS = 1021
 
 
 # One selector per owner of a map of every block. The bodies are the expressions hot paths inline.
@@ -44,18 +43,17 @@ def index_shard(key: object) -> int:
 
 def tier_shard(key: object) -> int:
     """The memory tier's payload and size maps."""
-    return key[-2] if key.__class__ is bytes and len(key) > 1 else hash(key) % 241  # type: ignore[index,arg-type]
+    return hash(key) % 241
 
 
 def owner_shard(key: object) -> int:
     """The slot's owners map."""
-    return key[-3] if key.__class__ is bytes and len(key) > 2 else hash(key) % 239  # type: ignore[index,arg-type]
+    return hash(key) % 239
 
 
 def order_shard(key: object) -> int:
-    """The LRU/FIFO order's ``ORDER_SHARDS`` dicts: 10 bits, the fourth byte from the end and the
-    two low bits of the fifth."""
-    return (key[-4] << 2 | key[-5] & 3) if key.__class__ is bytes and len(key) > 4 else hash(key) % 1021  # type: ignore[index,arg-type]
+    """The LRU/FIFO order's ``ORDER_SHARDS`` dicts."""
+    return hash(key) % 1021
 
 
 SELECTORS: dict[str, Callable[[object], int]] = {

@@ -8,6 +8,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -89,3 +90,16 @@ def test_sharded_order_picks_the_same_victims_as_one_ordered_dict(name, ops):
     while ref.order:  # drain: the whole remaining order agrees
         assert pol.evict() == ref.evict(None)
     assert pol.evict() is None and len(pol) == 0
+
+
+def test_a_batch_of_hits_with_a_key_that_is_not_resident_keeps_the_order():
+    """``on_hits`` raises KeyError at a key that is not resident; the keys before it were moved
+    and the stamps handed out stay used, so later moves still go behind them."""
+    lru = make_policy("lru")
+    keys = [bytes([i]) * 16 for i in range(6)]
+    for k in keys:
+        lru.on_insert(k)
+    with pytest.raises(KeyError):
+        lru.on_hits([keys[0], b"absent" * 3, keys[1]])
+    lru.on_hits([keys[2]])
+    assert [lru.evict() for _ in keys] == [keys[1], keys[3], keys[4], keys[5], keys[0], keys[2]]

@@ -15,7 +15,7 @@ holds in this tier, and ``quotas`` the per-tenant limits tenancy set on it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -114,7 +114,7 @@ class Slot:
         """``key`` is resident: tell the policy, charge its owner (``size`` None: what the tier
         holds for it; a key still charged, re-admitted after a refused eviction, keeps its charge)."""
         self.policy.on_insert(key)
-        if key not in self.owners.shards[key[-3] if key.__class__ is bytes and len(key) > 2 else hash(key) % 239]:
+        if key not in self.owners.shards[hash(key) % 239]:
             self.charge(key, self.owner_of(key) if tenant is None else tenant, size)
 
     def admit_chain(
@@ -130,7 +130,7 @@ class Slot:
     def charge(self, key: Hashable, tenant: str, size: int | None) -> None:
         """Charge ``key``'s bytes to ``tenant`` before the policy learns of it (a store places a
         chain first and admits it deepest first after; the quota must see every block at once)."""
-        owners = self.owners.shards[key[-3] if key.__class__ is bytes and len(key) > 2 else hash(key) % 239]
+        owners = self.owners.shards[hash(key) % 239]
         if key in owners:
             return
         n = self.tier.nbytes(key) if size is None else size
@@ -162,7 +162,7 @@ class Slot:
     def tenant_blocks(self, tenant: str) -> list[Hashable]:
         return [k for k, (t, _) in self.owners.items() if t == tenant]
 
-    def touch(self, keys: list[Hashable]) -> None:
+    def touch(self, keys: Sequence[Hashable]) -> None:
         """Hits, deepest first (callers pass them so): ancestors end up more recently used."""
         self.policy.on_hits(keys)
         self.hits += len(keys)

@@ -194,15 +194,16 @@ class OrderedPolicy(Policy):
         self._shards: list[dict[Key, int]] = [{} for _ in range(ORDER_SHARDS)]
         self._heap: list[tuple[int, int]] = []  # at most one entry per shard
         self._queued = [False] * ORDER_SHARDS  # the shard has its heap entry
-        self._tick = itertools.count()
+        self._tick = 0  # the next stamp: an int, not a count(), so on_hits keeps it in a local
         self._n = 0
 
     def on_insert(self, key: Key) -> None:
-        s = (key[-4] << 2 | key[-5] & 3) if key.__class__ is bytes and len(key) > 4 else hash(key) % 1021
+        s = hash(key) % 1021
         od = self._shards[s]
         if key in od:
             return  # already resident: it keeps its place
-        stamp = next(self._tick)
+        stamp = self._tick
+        self._tick = stamp + 1
         od[key] = stamp
         self._n += 1
         if not self._queued[s]:
@@ -211,29 +212,20 @@ class OrderedPolicy(Policy):
 
     def _to_back(self, key: Key) -> None:
         """``key`` (resident) moves to the back of the order. KeyError if it is not resident."""
-        od = self._shards[(key[-4] << 2 | key[-5] & 3) if key.__class__ is bytes and len(key) > 4 else hash(key) % 1021]
+        od = self._shards[hash(key) % 1021]
         del od[key]
-        od[key] = next(self._tick)
+        od[key] = self._tick
+        self._tick += 1
 
     def on_remove(self, key: Key) -> None:
-        if (
-            self._shards[
-                (key[-4] << 2 | key[-5] & 3) if key.__class__ is bytes and len(key) > 4 else hash(key) % 1021
-            ].pop(key, None)
-            is not None
-        ):
+        if self._shards[hash(key) % 1021].pop(key, None) is not None:
             self._n -= 1
 
     def __len__(self) -> int:
         return self._n
 
     def __contains__(self, key: object) -> bool:
-        return (
-            key
-            in self._shards[
-                (key[-4] << 2 | key[-5] & 3) if key.__class__ is bytes and len(key) > 4 else hash(key) % 1021
-            ]
-        )
+        return key in self._shards[hash(key) % 1021]
 
     def peek(self, can_evict: CanEvict = None) -> Key | None:
         """The next victim without reordering (a scan past refused keys: not for hot paths)."""

@@ -17,7 +17,11 @@ class LRU(OrderedPolicy):
 
     def on_hits(self, keys: Iterable[Key]) -> None:
         shards, tick = self._shards, self._tick
-        for key in keys:
-            od = shards[(key[-4] << 2 | key[-5] & 3) if key.__class__ is bytes and len(key) > 4 else hash(key) % 1021]
-            del od[key]  # a dict keeps insertion order: re-inserted, the key is at the back
-            od[key] = next(tick)
+        try:
+            for key in keys:
+                od = shards[hash(key) % 1021]
+                del od[key]  # a dict keeps insertion order: re-inserted, the key is at the back
+                od[key] = tick
+                tick += 1
+        finally:  # a key that was not resident (KeyError) leaves the stamps given so far used
+            self._tick = tick

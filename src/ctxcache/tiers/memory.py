@@ -100,7 +100,7 @@ class MemoryTier(Tier):
             return None
 
     def get(self, key: Hashable) -> Any | None:
-        blob = self._dshards[key[-2] if key.__class__ is bytes and len(key) > 1 else hash(key) % 241].get(key)
+        blob = self._dshards[hash(key) % 241].get(key)
         if self.codec is None:
             return blob
         block = None if blob is None else self._decode(key, blob)
@@ -109,7 +109,7 @@ class MemoryTier(Tier):
     def get_many(self, keys: Iterable[Hashable]) -> list[Any | None]:
         if self.codec is None:
             shards = self._dshards
-            return [shards[k[-2] if k.__class__ is bytes and len(k) > 1 else hash(k) % 241].get(k) for k in keys]
+            return [shards[hash(k) % 241].get(k) for k in keys]
         return [self.get(k) for k in keys]
 
     def load_many(self, keys: Sequence[Hashable], tokens: Sequence[bytes | None]) -> list[Block | None]:
@@ -140,7 +140,7 @@ class MemoryTier(Tier):
     def _store(self, key: Hashable, value: Any, size: int) -> int:
         if self._common is None:
             self._common = size
-        h = key[-2] if key.__class__ is bytes and len(key) > 1 else hash(key) % 241
+        h = hash(key) % 241
         data, sizes = self._dshards[h], self._sizes.shards[h]
         old = sizes.pop(key, None)
         if old is None:
@@ -152,7 +152,7 @@ class MemoryTier(Tier):
         return size
 
     def delete(self, key: Hashable) -> bool:
-        h = key[-2] if key.__class__ is bytes and len(key) > 1 else hash(key) % 241
+        h = hash(key) % 241
         data = self._dshards[h]
         if key not in data:
             return False
@@ -161,7 +161,7 @@ class MemoryTier(Tier):
         return True
 
     def __contains__(self, key: object) -> bool:
-        return key in self._dshards[key[-2] if key.__class__ is bytes and len(key) > 1 else hash(key) % 241]
+        return key in self._dshards[hash(key) % 241]
 
     def __len__(self) -> int:
         return len(self._data)
