@@ -5,8 +5,9 @@ with the machine's drift. Here both trees' caches are built in one process (the 
 imported after the first one's modules are dropped from ``sys.modules``; each cache keeps the
 classes it was made with), grown to the same blocks (bench_index_growth's workload), and timed in
 alternating rounds on the same prompts: the whole lookup + release of depth-8 prompts, and two of
-its parts on the same 8 keys, the policy's ``on_hits`` and the memory tier's ``get_many``.
-Prints one JSON line (µs, the median of the rounds).
+its parts on the same 8 keys, the policy's ``on_hits`` and the memory tier's ``get_many``; and the
+store of the workload's next prompts (a random earlier prompt plus one new block), the same
+prompts in both caches. Prints one JSON line (µs, the median of the rounds).
 
     python benchmarks/bench_lookup_ab.py --blocks 1500000
 """
@@ -49,8 +50,15 @@ def grow(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return parent, depth
 
 
-def timed_round(cache: Any, toks: list[np.ndarray]) -> dict[str, float]:
+STORES_PER_ROUND = 2000
+
+
+def timed_round(cache: Any, toks: list[np.ndarray], new: list[tuple[np.ndarray, int]]) -> dict[str, float]:
     e, clock = cache._engine, time.thread_time_ns
+    t0 = clock()
+    for t, d in new:
+        cache.store(t, [PAYLOAD], first_block=d)
+    stored = (clock() - t0) / len(new) / 1e3
     t0 = clock()
     for t in toks:
         cache.release(cache.lookup(t))
@@ -65,6 +73,7 @@ def timed_round(cache: Any, toks: list[np.ndarray]) -> dict[str, float]:
         for k in keys:
             fn(k)
         out[part] = (clock() - t0) / len(keys) / 1e3
+    out["store"] = stored
     return out
 
 
@@ -77,7 +86,8 @@ def main() -> None:
     from bench_index_growth import baseline_tree
 
     trees = {"base": baseline_tree(args.baseline), "new": ROOT / "src"}
-    parent, depth = grow(args.blocks, 0)
+    total = args.blocks + args.rounds * STORES_PER_ROUND  # the rounds store the ids past --blocks
+    parent, depth = grow(total, 0)
     base = np.arange(BS, dtype=np.int32)
     caches = {}
     for name, src in trees.items():
@@ -94,12 +104,14 @@ def main() -> None:
     sys.stderr.write("\n")
     gc.collect()
     gc.freeze()
-    deep, rng = np.nonzero(depth == MAX_DEPTH - 1)[0], np.random.default_rng(1)
+    deep, rng = np.nonzero(depth[: args.blocks] == MAX_DEPTH - 1)[0], np.random.default_rng(1)
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in caches}
     for r in range(args.rounds):
         toks = [prompt_tokens(int(k), parent, base) for k in rng.choice(deep, 2000)]
+        ids = range(args.blocks + r * STORES_PER_ROUND, args.blocks + (r + 1) * STORES_PER_ROUND)
+        new = [(prompt_tokens(i, parent, base), int(depth[i])) for i in ids]
         for name in ("base", "new") if r % 2 else ("new", "base"):
-            runs[name].append(timed_round(caches[name], toks))
+            runs[name].append(timed_round(caches[name], toks, new))
     result = {
         "bench": "lookup_ab",
         "blocks": args.blocks,

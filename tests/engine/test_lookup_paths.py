@@ -128,3 +128,15 @@ def test_a_hit_keeps_a_chains_ancestors_more_recent_than_its_leaf(tmp_path):
     with cache.lookup(toks[: 3 * BS]) as m:
         assert m.usage.by_tier == {"memory": 3 * BS}  # the leaf went to disk, not the root
     cache.close()
+
+
+def test_first_missing_finds_the_first_none_by_identity():
+    """Payloads may be numpy arrays, which answer ``==`` elementwise: the check is by identity."""
+    from ctxcache.engine.lookup import first_missing
+
+    a, b = np.zeros(3), np.ones(2)
+    assert first_missing([a, b, a]) == 3
+    assert first_missing([]) == 0
+    assert first_missing([None]) == 0
+    assert first_missing([a, b, None, a, None]) == 2
+    assert first_missing([b"x", 0, "", a, None]) == 4  # falsy payloads are not missing

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import is_
 from typing import TYPE_CHECKING, Any
 
 from ..codec import Block
@@ -30,8 +32,11 @@ def first_missing(payloads: list[Any]) -> int:
     """Index of the first None (an unreadable block), else the length.
 
     By identity: ``None in payloads`` compares with ``==``, which a numpy array answers elementwise.
+    The usual answer (none missing) is one C loop, without a generator's frame per item.
     """
-    return next((i for i, p in enumerate(payloads) if p is None), len(payloads))
+    if not any(map(is_, payloads, repeat(None))):
+        return len(payloads)
+    return next(i for i, p in enumerate(payloads) if p is None)
 
 
 @dataclass
@@ -154,7 +159,7 @@ def _count(e: Engine, nodes: list[Node], n_full: int, n_tokens: int, tenant: str
 def finish_simple(e: Engine, nodes: list[Node], prompt: Prompt, n_full: int) -> Match:
     """Under the lock, one RAM tier: the lookup hot path, one batch call per step."""
     slot = e.slots[0]
-    keys = [n.key for n in nodes]
+    keys = prompt.keys(len(nodes))  # hashed by the walk, whose nodes are their prefix: a slice
     payloads = slot.tier.get_many(keys)
     cut = first_missing(payloads)
     if cut < len(payloads):  # unreadable: the prefix ends there
