@@ -106,3 +106,18 @@ def test_scored_heap_stays_compact():
     for _ in range(10_000):
         p.on_hit(1)
     assert len(p._heap) < 200
+
+
+def test_lfu_decay_counts_a_refusal_as_a_use():
+    # docs/policies.md: a vetoed key is in use. Refused at t = 10, "a" gains a use then, as a hit
+    # would give it, and goes behind the keys it tied with instead of heading the heap again.
+    clock = FakeClock()
+    p = make_policy({"name": "lfu-decay", "decay": math.log(2) / 10}, clock=clock)
+    for k in "abc":
+        p.on_insert(k)
+    clock.advance(10)
+    assert p.evict(lambda k: k != "a") == "b"
+    assert math.isclose(p.value("a"), 1.5) and math.isclose(p.value("c"), 0.5)
+    assert p.peek(lambda k: k != "a") == "c"  # peek only looks: no second use for "a"
+    assert math.isclose(p.value("a"), 1.5)
+    assert drain(p) == ["c", "a"]

@@ -92,3 +92,23 @@ def test_peek_names_what_evict_takes_past_refused_blocks():
     assert p.peek(lambda k: k != "a") == "b"
     assert p.evict(lambda k: False) is None
     assert p.peek() == "a" == p.evict()  # after refusing all, evict requeues every block
+
+
+@pytest.mark.parametrize(("burst", "period"), [(3000, 1.0), (2048, 4.0), (1024, 0.5)])
+def test_tau_counts_every_insert_of_bursts_that_share_a_clock_reading(burst, period):
+    # The trace clock gives all of a request's blocks one time stamp. Bursts of `burst` inserts
+    # every `period` seconds into a cache held at `resident` blocks: burst / period inserts per
+    # second, so tau (resident / insert rate) is resident * period / burst. Closing the rate's
+    # window on zero elapsed time dropped 1,024 inserts at a time (tau 2.9x and 2x too long for
+    # the first two cases); the third never fills a window inside one reading.
+    resident, clock = 1500, FakeClock()
+    p = PrefixAware(clock=clock)
+    key = 0
+    for _ in range(30):  # tau is averaged (0.7 old, 0.3 new): 30 windows forget the filling cache
+        for _ in range(burst):
+            if len(p) >= resident:
+                p.evict()
+            p.on_insert(key)
+            key += 1
+        clock.advance(period)
+    assert p.characteristic_time == pytest.approx(resident * period / burst, rel=2e-3)

@@ -4,6 +4,12 @@ Simulator only: it needs the future. The simulator calls ``set_future(next_use)`
 access position, the position of the same block's next access, and sets ``position`` before each
 hit or insert. Without a future every key looks unused again, and ties go to the oldest entry.
 A missed key is always admitted (demand paging), as in libCacheSim's Belady.
+
+A key ``can_evict`` refuses is in use (a parent of live blocks, or pinned). Its next use is still
+what the future says, so it is not rescored: it is set aside, off the heap, until the radix index
+(``attach``) reports it evictable again, or until nothing else may go (or ``can_evict`` is None),
+when every key set aside is put back. So MIN is kept over the keys that may go, and a key in use
+is asked once, not on every call.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Key, ScoredPolicy
+from .base import CanEvict, Key, ScoredPolicy
 from .registry import register
 
 _NEVER = float(np.iinfo(np.int64).max)
@@ -28,6 +34,9 @@ class Belady(ScoredPolicy):
         super().__init__(**kw)
         self.position = 0
         self._future: list[int] | None = None
+        # Refused keys: key -> its heap entry's (score, seq). An entry whose seq is no longer the
+        # key's (hit, or removed and inserted again since) is stale and dropped when met.
+        self._aside: dict[Key, tuple[float, int]] = {}
 
     def set_future(self, next_use: np.ndarray) -> None:
         self._future = next_use.tolist()
@@ -47,3 +56,55 @@ class Belady(ScoredPolicy):
             heapq.heapify(self._heap)
 
     on_hit = on_insert
+
+    def on_remove(self, key: Key) -> None:
+        self._aside.pop(key, None)
+        super().on_remove(key)
+
+    def attach(self, index: Any) -> None:
+        index.watch(self._on_evictable)
+
+    def _on_evictable(self, key: Key, evictable: bool) -> None:
+        if evictable and self._aside:
+            item = self._aside.pop(key, None)
+            if item is not None and self._entry.get(key) == item[1]:
+                heapq.heappush(self._heap, (item[0], item[1], key))
+
+    def _put_back(self) -> None:
+        entry, heap = self._entry, self._heap
+        for key, (score, seq) in self._aside.items():
+            if entry.get(key) == seq:
+                heapq.heappush(heap, (score, seq, key))
+        self._aside.clear()
+
+    def _take(self, can_evict: CanEvict) -> Key | None:
+        heap, entry, aside = self._heap, self._entry, self._aside
+        while heap:
+            score, seq, key = heapq.heappop(heap)
+            if entry.get(key) != seq:
+                continue  # stale: the key was touched or removed since
+            if can_evict is None or can_evict(key):
+                del entry[key]
+                return key
+            aside[key] = (score, seq)
+        return None
+
+    def evict(self, can_evict: CanEvict = None) -> Key | None:
+        if can_evict is None and self._aside:
+            self._put_back()
+        key = self._take(can_evict)
+        if key is None and self._aside:
+            self._put_back()
+            key = self._take(can_evict)
+        return key
+
+    def peek(self, can_evict: CanEvict = None) -> Key | None:
+        entry = self._entry
+        aside = sorted((s, q, k) for k, (s, q) in self._aside.items() if entry.get(k) == q)
+        key = self._find(can_evict, pop=False)  # drops stale entries on top: heap[0] is key's
+        if can_evict is None:  # evict puts every key set aside back first
+            tops = aside[:1] + self._heap[:1] if key is not None else aside[:1]
+            return min(tops)[2] if tops else None
+        if key is not None:
+            return key
+        return next((k for _, _, k in aside if can_evict(k)), None)
