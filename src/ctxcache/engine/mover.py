@@ -11,6 +11,8 @@ tiers leaves the block in its source tier until the destination has it. Byte acc
 the logical state at once: each slot's ``inflow`` is reserved for writes queued into its tier,
 ``outflow`` for blocks queued to leave it (through ``Slot.reserve``, the slot's own accounting),
 and ``buffered`` is the RAM the queued payloads hold, which the engine bounds (``write_buffer``).
+A reservation is settled when the move reports, except a delete's outflow, settled just before
+the delete is sent: so ``Slot.used`` may run high for a moment but never below the logical bytes.
 
 All fields are guarded by the engine's lock (``lock``), which the mover shares.
 """
@@ -171,9 +173,23 @@ class Mover:
         if head.delete_src and head.src is not None:
             # Delete from the source only what reached its destination (or was a pure delete):
             # a failed write leaves the block where it was (the cache then keeps it there).
-            gone = [m.key for m in batch if m.ok]
+            gone = [m for m in batch if m.ok]
             if gone:
-                self.tiers[head.src].delete_many(gone)
+                self._settle_release(self.slots[head.src], gone)
+                self.tiers[head.src].delete_many([m.key for m in gone])
+
+    def _settle_release(self, src: Slot, gone: list[Move]) -> None:
+        """Settle the outflow of blocks about to be deleted, before their bytes leave the tier.
+
+        The tier's count drops when a delete lands, outside the lock; settled only at the report,
+        ``Slot.used`` would count the block as gone twice meanwhile, and room made against that
+        (a capacity pass, ``room``'s free bytes) overfilled the tier by the block once the report
+        came. Settled first, ``used`` is at worst high (the block counted until its delete lands),
+        never below the logical bytes, so a pass that reaches its goal has really reached it."""
+        with self.lock:
+            for m in gone:
+                src.reserve(0, -m.release)
+                m.release = 0  # settled: the report has nothing left to settle
 
     @staticmethod
     def _blob(m: Move, dst: Tier, src: Tier | None) -> bytes | None:
