@@ -11,8 +11,9 @@ tiers leaves the block in its source tier until the destination has it. Byte acc
 the logical state at once: each slot's ``inflow`` is reserved for writes queued into its tier,
 ``outflow`` for blocks queued to leave it (through ``Slot.reserve``, the slot's own accounting),
 and ``buffered`` is the RAM the queued payloads hold, which the engine bounds (``write_buffer``).
-A reservation is settled when the move reports, except a delete's outflow, settled just before
-the delete is sent: so ``Slot.used`` may run high for a moment but never below the logical bytes.
+A reservation is settled when the move reports, except a delete's outflow: settled just before
+the delete is sent, with the tier's charge for the block, so no delete landing outside the lock
+moves ``Slot.used``.
 
 All fields are guarded by the engine's lock (``lock``), which the mover shares.
 """
@@ -179,16 +180,17 @@ class Mover:
                 self.tiers[head.src].delete_many([m.key for m in gone])
 
     def _settle_release(self, src: Slot, gone: list[Move]) -> None:
-        """Settle the outflow of blocks about to be deleted, before their bytes leave the tier.
+        """Under the lock, before the deletes are sent: settle their outflow and have the tier stop
+        charging for them, together, so ``Slot.used`` stays where it was and is right.
 
-        The tier's count drops when a delete lands, outside the lock; settled only at the report,
-        ``Slot.used`` would count the block as gone twice meanwhile, and room made against that
+        Left to the delete itself (outside the lock) and to the report, the tier's bytes dropped
+        first and ``Slot.used`` counted the block as gone twice meanwhile: room made against that
         (a capacity pass, ``room``'s free bytes) overfilled the tier by the block once the report
-        came. Settled first, ``used`` is at worst high (the block counted until its delete lands),
-        never below the logical bytes, so a pass that reaches its goal has really reached it."""
+        came. Now no delete changes ``used`` outside the lock (as a quota counts only charges)."""
         with self.lock:
             for m in gone:
                 src.reserve(0, -m.release)
+                src.tier.forget(m.key)  # bookkeeping only: the delete that follows does the I/O
                 m.release = 0  # settled: the report has nothing left to settle
 
     @staticmethod

@@ -110,8 +110,8 @@ class Placement:
         slot, can = self.slots[t], self._can[t]
         # A quota counts the tenant's charges, which change only under the lock; the tier's bytes
         # also drop when the mover's deletes land (outside it), which would end the pass early.
-        # Capacity counts ``Slot.used``, which such a landing never takes below the logical bytes
-        # (the mover settles a delete's outflow first), so the goal, once met, is met.
+        # Capacity counts ``Slot.used``, which the mover keeps still while its deletes land (it
+        # settles a delete's outflow and the tier's charge together, under the lock, beforehand).
         used = slot.used if only is None else (lambda: slot.tenant_used(only))
         goal = used() - nbytes
         stages = [None] if self.fairness is None and only is None else self._stages(t, only)
