@@ -99,3 +99,15 @@ def test_a_delete_landing_mid_pass_does_not_end_a_capacity_pass_early(tmp_path):
     pl._can[1] = can
     assert _settled(cache, disk) <= goal
     cache.close()
+
+
+def test_a_tiers_bytes_read_exact_while_a_delete_is_in_flight(tmp_path):
+    """Neither low (the landing counted with the outflow still reserved) nor high (the outflow
+    settled before the landing): a lookup reading ``used`` in between sees the tier as it is."""
+    cache, disk = _full_disk(tmp_path)  # logically: 3 of the first 4 blocks and the one demoted in
+    with cache._engine.lock:
+        assert cache.slots[1].used() == FULL
+        disk.land()
+        assert cache.slots[1].used() == FULL
+    assert _settled(cache, disk) == FULL
+    cache.close()
