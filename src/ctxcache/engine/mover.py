@@ -63,8 +63,6 @@ class Mover:
         self.pending: dict[Hashable, Move] = {}  # latest queued move per key
         self.buffered = 0
         self.busy = 0  # moves taken off the queue, not yet reported
-        self.errors = 0
-        self.moved = 0
         self._busy_since: float | None = None  # queued_at of the batch being written
         self._work = threading.Condition(lock)
         self._idle = threading.Condition(lock)
@@ -147,9 +145,6 @@ class Mover:
         self.buffered -= m.buffered
         if self.pending.get(m.key) is m:
             del self.pending[m.key]
-        self.moved += 1
-        if not m.ok:
-            self.errors += 1
         self.done(m)
 
     def _perform(self, batch: list[Move]) -> None:
