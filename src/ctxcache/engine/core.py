@@ -81,6 +81,9 @@ class Engine:
             if slot.persistent:  # blocks left by an earlier run: evictable orphans, oldest first,
                 for key in list(slot.tier.keys()):  # charged to the tenant their header names
                     slot.admit(key, tenant=slot.tier.tenant_of(key).decode(errors="replace") or ORPHAN)
+        with self.lock:  # every tier's finds charged first: trimming one may write down to the next
+            for t in self.placement.persistent:
+                self.placement.trim(t)  # within the quotas and capacities configured now
 
     def _set_tenancy(self, tenancy: Tenancy) -> None:
         get = self.index.get

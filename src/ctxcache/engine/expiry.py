@@ -62,9 +62,6 @@ class Expiry:
                 out.append(key)
         return out
 
-    def next_deadline(self) -> float | None:
-        return self._heap[0][0] if self._heap else None
-
     def _compact(self) -> None:
         live = {}
         for entry in self._heap:

@@ -11,6 +11,9 @@ tiers leaves the block in its source tier until the destination has it. Byte acc
 the logical state at once: each slot's ``inflow`` is reserved for writes queued into its tier,
 ``outflow`` for blocks queued to leave it (through ``Slot.reserve``, the slot's own accounting),
 and ``buffered`` is the RAM the queued payloads hold, which the engine bounds (``write_buffer``).
+A reservation is settled when the move reports, except a delete's outflow: settled just before
+the delete is sent, with the tier's charge for the block, so no delete landing outside the lock
+moves ``Slot.used``.
 
 All fields are guarded by the engine's lock (``lock``), which the mover shares.
 """
@@ -60,8 +63,6 @@ class Mover:
         self.pending: dict[Hashable, Move] = {}  # latest queued move per key
         self.buffered = 0
         self.busy = 0  # moves taken off the queue, not yet reported
-        self.errors = 0
-        self.moved = 0
         self._busy_since: float | None = None  # queued_at of the batch being written
         self._work = threading.Condition(lock)
         self._idle = threading.Condition(lock)
@@ -144,9 +145,6 @@ class Mover:
         self.buffered -= m.buffered
         if self.pending.get(m.key) is m:
             del self.pending[m.key]
-        self.moved += 1
-        if not m.ok:
-            self.errors += 1
         self.done(m)
 
     def _perform(self, batch: list[Move]) -> None:
@@ -171,9 +169,24 @@ class Mover:
         if head.delete_src and head.src is not None:
             # Delete from the source only what reached its destination (or was a pure delete):
             # a failed write leaves the block where it was (the cache then keeps it there).
-            gone = [m.key for m in batch if m.ok]
+            gone = [m for m in batch if m.ok]
             if gone:
-                self.tiers[head.src].delete_many(gone)
+                self._settle_release(self.slots[head.src], gone)
+                self.tiers[head.src].delete_many([m.key for m in gone])
+
+    def _settle_release(self, src: Slot, gone: list[Move]) -> None:
+        """Under the lock, before the deletes are sent: settle their outflow and have the tier stop
+        charging for them, together, so ``Slot.used`` stays where it was and is right.
+
+        Left to the delete itself (outside the lock) and to the report, the tier's bytes dropped
+        first and ``Slot.used`` counted the block as gone twice meanwhile: room made against that
+        (a capacity pass, ``room``'s free bytes) overfilled the tier by the block once the report
+        came. Now no delete changes ``used`` outside the lock (as a quota counts only charges)."""
+        with self.lock:
+            for m in gone:
+                src.reserve(0, -m.release)
+                src.tier.forget(m.key)  # bookkeeping only: the delete that follows does the I/O
+                m.release = 0  # settled: the report has nothing left to settle
 
     @staticmethod
     def _blob(m: Move, dst: Tier, src: Tier | None) -> bytes | None:

@@ -100,6 +100,22 @@ class Placement:
             if excess:
                 self.make_room(t, excess)
 
+    def trim(self, t: int) -> None:
+        """Start-up: bring persistent tier ``t`` within each tenant's quota, then its capacity.
+
+        A restart may find more than they allow (a lowered quota, files of a larger setup). The
+        excess leaves now, by the road a store's excess takes (the policy picks, oldest first as
+        learned at start; a lower tier takes what it has room for; the rest is evicted, counted
+        as quota evictions), not at the tenant's next write here: a tenant that only reads would
+        hold more than its quota, which is a promise to the other tenants, for as long as it ran."""
+        slot = self.slots[t]
+        for tenant, quota in slot.quotas.items():
+            over = slot.tenant_used(tenant) - quota
+            if over > 0:
+                self.make_room(t, over, only=tenant)
+        if slot.used() > slot.capacity:
+            self.make_room(t, slot.used() - slot.capacity)
+
     # --- leaving a tier ------------------------------------------------------------------------------
     def make_room(self, t: int, nbytes: int, only: str | None = None) -> bool:
         """Demote or evict from tier ``t`` until ``nbytes`` are freed. False if it could not.
@@ -110,6 +126,8 @@ class Placement:
         slot, can = self.slots[t], self._can[t]
         # A quota counts the tenant's charges, which change only under the lock; the tier's bytes
         # also drop when the mover's deletes land (outside it), which would end the pass early.
+        # Capacity counts ``Slot.used``, which the mover keeps still while its deletes land (it
+        # settles a delete's outflow and the tier's charge together, under the lock, beforehand).
         used = slot.used if only is None else (lambda: slot.tenant_used(only))
         goal = used() - nbytes
         stages = [None] if self.fairness is None and only is None else self._stages(t, only)
@@ -150,6 +168,9 @@ class Placement:
         if node is None and t < self.last and self._demote(t, key, None):
             return True  # an orphan: written back like any block
         self._drop(t, key)  # a copy, or an orphan with nowhere to go
+        if node is None:  # the orphan leaves the cache (a copy's block stays in a faster tier)
+            self.c.evictions += 1
+            self.c.quota_evictions += quota
         return True
 
     def spill(self, t: int) -> int:

@@ -114,10 +114,6 @@ class Tenancy:
         """The tenant an API key belongs to (compared as digests), or None."""
         return self._by_key.get(key_digest(api_key)) if api_key else None
 
-    def is_admin(self, api_key: str) -> bool:
-        d = key_digest(api_key) if api_key else ""
-        return any(hmac.compare_digest(d, a) for a in self.admin_digests)
-
     def root_salt(self, tenant: str, cache_salt: str | None = None) -> bytes:
         """The salt of a tenant's namespace: HMAC of the server secret over id and tenant salt,
         then narrowed by a validated per-request ``cache_salt``."""
