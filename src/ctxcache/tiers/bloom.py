@@ -121,10 +121,5 @@ class KeyFilter:
         return self.count > self._capacity
 
     def stats(self) -> dict[str, Any]:
-        return {
-            "keys": self.count,
-            "capacity": self._capacity,
-            "checks": self.checks,
-            "skipped": self.skipped,
-            "ready": self.ready,
-        }
+        out = {"keys": self.count, "capacity": self._capacity, "checks": self.checks, "skipped": self.skipped}
+        return {**out, "ready": self.ready}
