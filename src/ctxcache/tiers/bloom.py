@@ -17,8 +17,8 @@ from typing import Any
 
 from ..errors import MissingDependencyError
 
-# A filter is never sized for fewer keys: one that small costs under 2 KiB at 1% and would need a
-# full key scan at every doubling while a tier fills.
+# A filter is never sized for fewer keys: that many cost a few KiB (1.2 KiB at 1%), and a smaller
+# filter would need a full key scan at every doubling while a tier fills.
 MIN_ITEMS = 1024
 
 
