@@ -1,6 +1,6 @@
 """ctxcache: a dynamic context (KV) cache for LLM inference."""
 
-from .cache import ContextCache, Match
+from .cache import ContextCache, EngineOptions, Match
 from .config import CacheConfig, TierConfig, load_config, parse_size
 from .errors import (
     ConfigError,
@@ -35,6 +35,7 @@ __all__ = [
     "Match",
     "MatchReleasedError",
     "DiskTier",
+    "EngineOptions",
     "MemoryTier",
     "MissingDependencyError",
     "Namespace",

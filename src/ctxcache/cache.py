@@ -26,12 +26,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from .config import CacheConfig, load_config
 from .engine import Engine, Match, Slot
 from .engine import erasure as _erasure
 from .engine.factory import make_tier
+from .engine.options import EngineOptions
 from .engine.tenancy import Tenancy, load_tenancy
 from .errors import MatchReleasedError
 from .index import RadixIndex
@@ -40,36 +41,19 @@ from .tiers import Tier
 from .units import Clock
 from .usage import Usage
 
-__all__ = ["ContextCache", "Match", "Prompt"]
+__all__ = ["ContextCache", "EngineOptions", "Match", "Prompt"]
 
 
 class ContextCache:
     """A context (KV) cache over tiers listed fastest first (memory, then disk / redis).
 
     tiers: storage tiers, each built with its capacity, watermarks and policy.
-    block_size: tokens per block; hash: "xxh3" (default) or "blake3" (keyed, for shared keys).
-    model, salt: part of every namespace (a model fingerprint; a secret).
-    clock: seconds, monotonic; drives time-aware policies. promote: copy hits from slower tiers
-    into the top tier. write_buffer: RAM that queued writes to slow tiers may hold.
+    options: keyword options, all optional (block_size, model, salt, tenancy, ...), typed by
+    ``EngineOptions``, where each one and its default are documented.
     """
 
-    def __init__(
-        self,
-        tiers: Sequence[Tier],
-        *,
-        block_size: int = 256,
-        hash: str = "xxh3",
-        model: str = "default",
-        salt: str | bytes = b"",
-        clock: Clock = time.monotonic,
-        promote: bool = True,
-        write_buffer: int = 256 << 20,
-        tenancy: Tenancy | None = None,
-    ) -> None:
-        self._engine = Engine(
-            tiers, block_size=block_size, hash=hash, model=model, salt=salt, clock=clock, promote=promote,
-            write_buffer=write_buffer, tenancy=tenancy,
-        )  # fmt: skip
+    def __init__(self, tiers: Sequence[Tier], **options: Unpack[EngineOptions]) -> None:
+        self._engine = Engine(tiers, **options)  # the engine checks and applies them
 
     @classmethod
     def from_config(

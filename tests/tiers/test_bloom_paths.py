@@ -30,28 +30,31 @@ def test_keys_added_during_a_rebuild_are_in_the_new_filter():
 
 def test_stats_count_checks_and_skips():
     f = KeyFilter(1000, 1e-7)  # a false "maybe" for b"b": about 1 run in 10 million
-    assert f.stats() == {"keys": 0, "checks": 0, "skipped": 0, "ready": False}
+    assert f.stats() == {"keys": 0, "capacity": f.capacity, "checks": 0, "skipped": 0, "ready": False}
     assert f.might_contain_many([b"a", b"b"]) == [True, True]  # not built yet: every key a "maybe"
     f.rebuild(iter([b"a"]))
     assert f.might_contain_many([b"a", b"b"]) == [True, False]
-    assert f.stats() == {"keys": 1, "checks": 4, "skipped": 1, "ready": True}
+    assert f.stats() == {"keys": 1, "capacity": f.capacity, "checks": 4, "skipped": 1, "ready": True}
 
 
-def test_saturated_means_more_keys_than_the_current_filter_was_sized_for():
-    f = KeyFilter(10)
-    for k in OLD[:10]:
+def test_saturated_means_more_keys_than_the_current_filter_holds_within_its_rate():
+    keys = [b"key-%05d" % i for i in range(5000)]
+    f = KeyFilter(2000)
+    assert 2000 <= f.capacity < 2030
+    for k in keys[: f.capacity]:
         f.add(k)
     assert not f.saturated
-    f.add(OLD[10])
+    f.add(keys[f.capacity])
     assert f.saturated
-    f.rebuild(iter(OLD[:11]), hint=11)  # sized for twice the hint: room to grow
-    assert not f.saturated and f.count == 11
-    for k in NEW[:11]:
+    n = f.count
+    f.rebuild(iter(keys[:n]), hint=n)  # sized for twice the hint: room to grow
+    assert not f.saturated and f.count == n and f.capacity >= 2 * n
+    for k in keys[n : f.capacity]:
         f.add(k)
-    assert not f.saturated  # 22 keys in a filter sized for 22
-    f.add(NEW[11])
+    assert not f.saturated  # as many keys as it holds within its rate
+    f.add(keys[f.capacity])
     assert f.saturated
-    f.rebuild(iter(OLD + NEW))  # the scan finds more than the filter was sized for:
+    f.rebuild(iter(keys))  # the scan finds more than the filter was sized for:
     assert f.saturated  # still over, until the next rebuild, which is sized for what it found
-    f.rebuild(iter(OLD + NEW))
+    f.rebuild(iter(keys))
     assert not f.saturated

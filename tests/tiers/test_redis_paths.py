@@ -39,11 +39,11 @@ def test_stats_show_where_the_server_is_but_not_the_password():
 
 
 def test_a_saturated_bloom_filter_is_rebuilt_at_once(redis_url):
-    # Sized for 10 keys, it soon holds more: its false "maybe"s (each a round trip) grow with every
-    # key. It must not wait for the periodic refresh (5 minutes here) to be sized up.
+    # Sized for 10 keys (so for MIN_ITEMS), it soon holds more: its false "maybe"s (each a round
+    # trip) grow with every key. It must not wait for the periodic refresh (5 minutes here) to be sized up.
     t = RedisTier(1 << 24, url=redis_url, prefix="sat:", bloom_items=10, bloom_refresh=300, retry_interval=0.05)
     assert t.wait_ready() and t.filter is not None
-    keys = [i.to_bytes(2, "big") * 8 for i in range(30)]
+    keys = [i.to_bytes(2, "big") * 8 for i in range(t.filter.capacity + 20)]
     assert t.put_blobs([(k, t.codec.encode(b"v", k, TOKENS)) for k in keys]) == [True] * len(keys)
     deadline = time.monotonic() + 2
     while t.filter.saturated and time.monotonic() < deadline:
@@ -63,8 +63,10 @@ def test_a_server_that_refuses_scan_is_not_asked_again_at_every_write(redis_fact
     deadline = time.monotonic() + 2
     while t.errors == 0 and time.monotonic() < deadline:  # the first rebuild's SCAN is refused
         time.sleep(0.01)
-    assert t.errors == 1 and t.healthy
-    for i in range(20):
+    assert t.errors == 1 and t.healthy and t.filter is not None
+    full = [i.to_bytes(2, "big") * 8 for i in range(t.filter.capacity)]
+    assert t.put_blobs([(k, t.codec.encode(b"v", k, TOKENS)) for k in full]) == [True] * len(full)
+    for i in range(len(full), len(full) + 20):  # each write now finds the filter saturated
         k = i.to_bytes(2, "big") * 8
         assert t.put_blobs([(k, t.codec.encode(b"v", k, TOKENS))]) == [True]
         time.sleep(0.01)

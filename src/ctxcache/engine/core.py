@@ -12,12 +12,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from ..index import RadixIndex
 from ..keys import BlockHasher, Namespace, Prompt, Tokens
 from ..tiers import Tier
-from ..units import Clock
 from ..usage import Usage
 from . import erasure as _erasure
 from . import lookup as _lookup
@@ -27,6 +26,7 @@ from .expiry import Expiry
 from .factory import make_slots
 from .fairness import Fairness
 from .lookup import Match
+from .options import EngineOptions, check_options
 from .placement import LOST, Placement
 from .sealing import TenantSealer
 from .slot import ORPHAN, Counters, Slot
@@ -37,23 +37,15 @@ SWEEP_EVERY_S = 1.0
 
 class Engine:
     def __init__(
-        self,
-        tiers: Sequence[Tier],
-        *,
-        block_size: int = 256,
-        hash: str = "xxh3",
-        model: str = "default",
-        salt: str | bytes = b"",
-        clock: Clock = time.monotonic,
-        promote: bool = True,
-        write_buffer: int = 256 << 20,
-        tenancy: Tenancy | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        self, tiers: Sequence[Tier], *, sleep: Callable[[float], None] = time.sleep, **options: Unpack[EngineOptions]
     ) -> None:
+        check_options(options)
+        block_size, clock = options.get("block_size", 256), options.get("clock", time.monotonic)
+        salt, tenancy = options.get("salt", b""), options.get("tenancy")
         self.slots: list[Slot] = make_slots(tiers, clock, block_size)
-        self.hasher = BlockHasher(block_size, hash)
+        self.hasher = BlockHasher(block_size, options.get("hash", "xxh3"))
         self.block_size = block_size
-        self.model = model
+        self.model = options.get("model", "default")
         self.salt = salt.encode() if isinstance(salt, str) else bytes(salt)
         self.clock = clock
         self.tiers = [s.tier for s in self.slots]
@@ -67,7 +59,12 @@ class Engine:
         self.buckets: dict[str, TokenBucket] = {}
         self.tenant_stats: dict[str, dict[str, int]] = {}  # written by the lookup only
         self.placement = Placement(
-            self.slots, self.index, self.lock, self.counters, promote=promote, write_buffer=write_buffer
+            self.slots,
+            self.index,
+            self.lock,
+            self.counters,
+            promote=options.get("promote", True),
+            write_buffer=options.get("write_buffer", 256 << 20),
         )
         # One RAM tier of live objects: lookups need no verification beyond the index's.
         self.simple = len(self.slots) == 1 and self.placement.all_memory and self.tiers[0].codec is None

@@ -1,8 +1,7 @@
 """Fake tiers for tests of the engine and of anything built on it (as httpx's MockTransport is for
-clients): in-process dicts that obey the Tier contract, log every storage call, and fail on
-demand.
+clients): real tiers that log every storage call and fail on demand, without I/O.
 
-- ``FakeTier``: a RAM tier of live objects.
+- ``FakeTier``: a ``MemoryTier`` (hot: live objects) whose storage calls are logged.
 - ``FakeSlowTier``: a slow, persistent blob tier (raw codec), like disk or Redis without I/O.
 
 Both take ``on_call(name, keys)``, called before every storage operation (tests use it to assert,
@@ -13,86 +12,59 @@ operation names, in order), and fail on demand: keys in ``lose`` read as missing
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from ..codec import Block
 from ..errors import CorruptBlockError
-from ..payload import check_payload
 from .base import NO_META, BlockMeta, Tier, key_bytes
 from .blob import BlobTier
-from .memory import payload_nbytes
+from .memory import MemoryTier
 
 OnCall = Callable[[str, tuple[Hashable, ...]], None]
 
 
-class FakeTier(Tier):
-    kind = "fake"
+class _Recorded(Tier):
+    """What both fakes add to the tier they fake: the call log, the hook and the lost keys."""
 
     def __init__(self, capacity: int, policy: object = "lru", *, on_call: OnCall | None = None, **kw: Any) -> None:
         super().__init__(capacity, policy, **kw)
         self.on_call = on_call
         self.calls: list[str] = []
         self.lose: set[Hashable] = set()
-        self._data: dict[Hashable, Any] = {}
-        self._sizes: dict[Hashable, int] = {}
-
-    def _call(self, name: str, *keys: Hashable) -> None:
-        self.calls.append(name)
-        if self.on_call is not None:
-            self.on_call(name, keys)
-
-    def get(self, key: Hashable) -> Any | None:
-        self._call("get", key)
-        return None if key in self.lose else self._data.get(key)
-
-    def put(self, key: Hashable, payload: Any, meta: BlockMeta = NO_META) -> int:
-        self._call("put", key)
-        check_payload(payload)
-        size = payload_nbytes(payload)
-        self.used_bytes += size - self._sizes.get(key, 0)
-        self._data[key], self._sizes[key] = payload, size
-        return size
-
-    def delete(self, key: Hashable) -> bool:
-        self._call("delete", key)
-        if key not in self._data:
-            return False
-        del self._data[key]
-        self.used_bytes -= self._sizes.pop(key)
-        return True
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._data
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def keys(self) -> Iterator[Hashable]:
-        return iter(list(self._data))
-
-    def size_of(self, payload: Any) -> int:
-        return payload_nbytes(payload)
-
-    def nbytes(self, key: Hashable) -> int:
-        return self._sizes.get(key, 0)
-
-
-class FakeSlowTier(BlobTier):
-    kind = "fake-slow"
-
-    def __init__(self, capacity: int, policy: object = "lru", *, on_call: OnCall | None = None, **kw: Any) -> None:
-        super().__init__(capacity, policy, **kw)
-        self.on_call = on_call
-        self.calls: list[str] = []
-        self.lose: set[Hashable] = set()
-        self.down = False
-        self.store: dict[bytes, bytes] = {}  # "the backend": survives forget(), as disk files do
 
     def _call(self, name: str, keys: Iterable[Hashable]) -> None:
         self.calls.append(name)
         if self.on_call is not None:
             self.on_call(name, tuple(keys))
+
+
+class FakeTier(_Recorded, MemoryTier):
+    kind = "fake"
+
+    def get(self, key: Hashable) -> Any | None:
+        self._call("get", [key])
+        return None if key in self.lose else super().get(key)
+
+    def get_many(self, keys: Iterable[Hashable]) -> list[Any | None]:
+        return [self.get(k) for k in keys]  # MemoryTier reads its shards directly: log each key
+
+    def put(self, key: Hashable, payload: Any, meta: BlockMeta = NO_META) -> int:
+        self._call("put", [key])
+        return super().put(key, payload, meta)
+
+    def delete(self, key: Hashable) -> bool:
+        self._call("delete", [key])
+        return super().delete(key)
+
+
+class FakeSlowTier(_Recorded, BlobTier):
+    kind = "fake-slow"
+
+    def __init__(self, capacity: int, policy: object = "lru", **kw: Any) -> None:
+        super().__init__(capacity, policy, **kw)
+        self.down = False
+        self.store: dict[bytes, bytes] = {}  # "the backend": survives forget(), as disk files do
 
     @property
     def healthy(self) -> bool:
