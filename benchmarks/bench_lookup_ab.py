@@ -9,7 +9,7 @@ its parts on the same 8 keys, the policy's ``on_hits`` and the memory tier's ``g
 store of the workload's next prompts (a random earlier prompt plus one new block), the same
 prompts in both caches. Prints one JSON line (µs, the median of the rounds).
 
-    python benchmarks/bench_lookup_ab.py --blocks 1500000
+    python benchmarks/bench_lookup_ab.py --blocks 1500000 > benchmarks/results/lookup_ab.json
 """
 
 from __future__ import annotations
