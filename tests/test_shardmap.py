@@ -220,8 +220,10 @@ def test_no_insert_resizes_the_shards_of_two_maps_at_once():
     """The index, the memory tier, the slot and the policy each hold every block. With one selector
     for all, shard ``s`` of each held the same keys and doubled on the same insert: 4-5 resizes in
     one store (10-18 ms of CPU at 2.8 M blocks). With a selector each, resizes fall on different
-    inserts: here, of ~2000 shard resizes in 45,000 inserts, ~7 % share their insert with another
-    map's, none with all three others."""
+    inserts: here, of ~3,600 shard resizes in 45,000 inserts, 6-9 % share their insert with
+    another map's. Three maps select by ``hash(key)``, which differs per process
+    (PYTHONHASHSEED): over 200 seeds, at most 8 inserts touched three maps, and 9 seeds had one
+    insert that touched all four (one selector for all: ~500 such inserts)."""
     cache = ContextCache.from_config({"block_size": 4, "tiers": [{"kind": "memory", "capacity": "64MiB"}]})
     e = cache._engine
     slot, tier, maps = e.slots[0], e.tiers[0], _maps(cache)
@@ -244,5 +246,5 @@ def test_no_insert_resizes_the_shards_of_two_maps_at_once():
     shared = sum(n * c for n, c in together.items() if n > 1)
     assert resizes > 1500, together
     # One selector for all: every resize here would be four at once (together[4] ~ 500).
-    # (The order's 1,024 shards are small here and resize often, so three maps meet a few times.)
-    assert together[4] == 0 and together[3] <= 0.01 * resizes and shared < 0.15 * resizes, together
+    # (The order's 1,021 shards are small here and resize often, so three maps meet a few times.)
+    assert together[4] <= 2 and together[3] <= 0.01 * resizes and shared < 0.15 * resizes, together
