@@ -6,41 +6,17 @@ until the next drain. The quota twin is test_quota_mover_race.py."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable
 
 from ctxcache import ContextCache
-from ctxcache.tiers import DiskTier, MemoryTier
+from ctxcache.tiers import MemoryTier
 
+from .gates import GatedDisk
 from .tenancy_util import BS, ask, prompt_of
 
 BLOCK = 64  # bytes the hot tier charges for one test block
 BLOB = 256  # bytes of its blob on disk
 FULL = 4 * BLOB  # the disk tier's capacity
-
-
-class GatedDisk(DiskTier):
-    """Its deletes wait for ``gate``, as a slow disk's would; ``waiting`` holds their keys."""
-
-    def __init__(self, *a, **kw) -> None:
-        super().__init__(*a, **kw)
-        self.gate = threading.Event()
-        self.gate.set()
-        self.entered = threading.Event()
-        self.waiting: list[Hashable] = []
-
-    def delete_many(self, keys: Iterable[Hashable]) -> int:
-        keys = list(keys)
-        if not self.gate.is_set():
-            self.waiting += keys
-            self.entered.set()
-            self.gate.wait(10)
-        return super().delete_many(keys)
-
-    def land(self) -> None:
-        """The waiting deletes reach the disk now; the mover has not reported them yet."""
-        DiskTier.delete_many(self, self.waiting)
-        self.waiting.clear()
 
 
 def _full_disk(tmp_path) -> tuple[ContextCache, GatedDisk]:

@@ -6,34 +6,13 @@ one block more than the quota, once, under load.)"""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Hashable, Iterable
-
 from ctxcache.tiers import DiskTier
 
+from .gates import GatedDisk
 from .tenancy_util import ask, cache_with, prompt_of, tier_of
 
 BLOCK = 64  # bytes the hot tier charges for one test block
 BLOB = 256  # bytes of its blob on disk
-
-
-class GatedDisk(DiskTier):
-    """Its deletes wait for ``gate``, as a slow disk's would; ``waiting`` holds their keys."""
-
-    def __init__(self, *a, **kw) -> None:
-        super().__init__(*a, **kw)
-        self.gate = threading.Event()
-        self.gate.set()
-        self.entered = threading.Event()
-        self.waiting: list[Hashable] = []
-
-    def delete_many(self, keys: Iterable[Hashable]) -> int:
-        keys = list(keys)
-        if not self.gate.is_set():
-            self.waiting += keys
-            self.entered.set()
-            self.gate.wait(10)
-        return super().delete_many(keys)
 
 
 def _demote_one(cache) -> None:
