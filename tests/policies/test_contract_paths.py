@@ -214,22 +214,9 @@ def test_a_bad_parameter_is_a_config_error_that_names_it(name, param, bad):
 
 
 N_REFUSAL = 1000
-# Known to break the promise below; strict, so the test says so when one is fixed.
-REASKS_REFUSED_KEYS = {
-    "lfu": "a refused key only goes behind its equals: once only refused keys are left at the lowest"
-    " counts, every evict asks them all again (14,175 can_evict calls for 900 evictions here)",
-}
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(reason=REASKS_REFUSED_KEYS[n], strict=True))
-        if n in REASKS_REFUSED_KEYS
-        else n
-        for n in ALL
-    ],
-)
+@pytest.mark.parametrize("name", ALL)
 def test_a_refused_key_is_in_use_so_refusals_cost_amortised_constant(name):
     """docs/policies.md: every policy treats a vetoed key as in use, so a key refused once is not
     asked again on every call: long-lived ancestors and pinned blocks cost O(1) amortized, and

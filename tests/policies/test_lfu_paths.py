@@ -1,5 +1,5 @@
-"""LFU's promises that only a veto shows (lfu.py): a refused key is in use, so it goes behind the
-keys of its count (second chance) instead of being the first candidate again."""
+"""LFU's promises that only a veto shows (lfu.py): a refused key is in use, so the refusal counts
+as a use and the key is not the first candidate again."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ from ctxcache.policies.lfu import LFU
 from .helpers import drain
 
 
-def test_a_refused_key_goes_behind_its_equals():
+def test_a_refusal_counts_as_a_use():
     p = LFU()
     for k in range(4):
         p.on_insert(k)  # all at count 1, oldest first
+    p.on_hit(3)  # count 2, before 0 gets there
     assert p.evict(lambda k: k != 0) == 1  # 0 is in use (pinned, or a parent)
-    # 0 had its second chance: the other count-1 keys go before it, and a count-2 key last.
-    p.on_hit(2)
-    assert drain(p) == [3, 0, 2]
+    # 0 now has 2 uses: it goes after the count-1 key and after 3, which reached count 2 first.
+    # Going only behind its equals left it at count 1, before 3: [2, 0, 3].
+    assert drain(p) == [2, 3, 0]
 
 
 def test_peek_with_a_veto_does_not_rotate():

@@ -94,17 +94,22 @@ def test_peek_names_what_evict_takes_past_refused_blocks():
     assert p.peek() == "a" == p.evict()  # after refusing all, evict requeues every block
 
 
-@pytest.mark.parametrize(("burst", "period"), [(3000, 1.0), (2048, 4.0), (1024, 0.5)])
+@pytest.mark.parametrize(
+    ("burst", "period"), [(3000, 1.0), (2048, 4.0), (1024, 0.5), (300, 0.5), (700, 1.0), (1500, 2.0)]
+)
 def test_tau_counts_every_insert_of_bursts_that_share_a_clock_reading(burst, period):
     # The trace clock gives all of a request's blocks one time stamp. Bursts of `burst` inserts
     # every `period` seconds into a cache held at `resident` blocks: burst / period inserts per
     # second, so tau (resident / insert rate) is resident * period / burst. Closing the rate's
     # window on zero elapsed time dropped 1,024 inserts at a time (tau 2.9x and 2x too long for
-    # the first two cases); the third never fills a window inside one reading.
+    # the first two cases). Closing it mid-burst set part of a burst against whole periods (300
+    # per 0.5 s gave 2.552 for 2.5, 700 per 1 s 1.978 for 2.143): a window closes only at the
+    # first insert of a new reading. 1,024 per 0.5 s and 1,500 per 2 s passed either way.
     resident, clock = 1500, FakeClock()
     p = PrefixAware(clock=clock)
     key = 0
-    for _ in range(30):  # tau is averaged (0.7 old, 0.3 new): 30 windows forget the filling cache
+    # tau is averaged (0.7 old, 0.3 new): 30 windows of at least 1,024 forget the filling cache
+    for _ in range(max(30, 30 * 1024 // burst + 1)):
         for _ in range(burst):
             if len(p) >= resident:
                 p.evict()

@@ -143,7 +143,17 @@ class ScoredPolicy(Policy):
     def __contains__(self, key: object) -> bool:
         return key in self._entry
 
+    def _refused(self, key: Key) -> None:
+        """``evict`` was refused ``key``: it is in use (pinned, or a parent of live blocks). By
+        default the refusal counts as a use, as ``on_hit``, so the key is rescored and not asked
+        again on every call while it stays in use; left where it was, it stays the lowest score
+        and every evict asks it first. Subclasses may override (say, to set the key aside)."""
+        self.on_hit(key)
+
     def _find(self, can_evict: CanEvict, pop: bool) -> Key | None:
+        """The lowest-scored key ``can_evict`` allows; popped and forgotten with ``pop``, and then
+        every key refused on the way is passed to ``_refused``, after the search so that the heap
+        does not change under it."""
         heap, entry = self._heap, self._entry
         skipped: list[tuple[float, int, Key]] = []
         found = None
@@ -162,6 +172,9 @@ class ScoredPolicy(Policy):
             skipped.append(heapq.heappop(heap))
         for item in skipped:
             heapq.heappush(heap, item)
+        if pop:
+            for item in skipped:
+                self._refused(item[2])
         return found
 
     def peek(self, can_evict: CanEvict = None) -> Key | None:

@@ -3,6 +3,12 @@
 Counts start at 1 on insert and are forgotten on eviction (no history of evicted keys), as in
 libCacheSim. O(1) per operation: one insertion-ordered bucket per use count, and the lowest
 non-empty count tracked as keys move up.
+
+A key ``can_evict`` refuses is in use (pinned, or a parent of live blocks): ``evict`` counts the
+refusal as a use, as lfu-decay does, so the key moves up a count and is not asked again on every
+call while it stays in use. Going only behind its equals kept it at the lowest count, and once
+only refused keys were left there every evict asked them all again. The uses are counted after
+the search, so the search walks buckets that do not change under it.
 """
 
 from __future__ import annotations
@@ -78,32 +84,27 @@ class LFU(Policy):
                 yield n
         yield from sorted(c for c in list(buckets) if c > n)
 
-    def _victim(self, can_evict: CanEvict, rotate: bool) -> Key | None:
+    def _victim(self, can_evict: CanEvict, refused: list[Key] | None) -> Key | None:
         if not self._count:
             return None
         if can_evict is None:
             return next(iter(self._buckets[self._min]))
         for n in self._counts_from(self._min):
-            bucket = self._buckets[n]
-            refused = []
-            found = None
-            for key in bucket:
+            for key in self._buckets[n]:
                 if can_evict(key):
-                    found = key
-                    break
-                refused.append(key)
-            if rotate:  # refused keys are in use: they go behind their equals (second chance)
-                for key in refused:
-                    bucket.move_to_end(key)
-            if found is not None:
-                return found
+                    return key
+                if refused is not None:
+                    refused.append(key)
         return None
 
     def peek(self, can_evict: CanEvict = None) -> Key | None:
-        return self._victim(can_evict, rotate=False)
+        return self._victim(can_evict, None)
 
     def evict(self, can_evict: CanEvict = None) -> Key | None:
-        key = self._victim(can_evict, rotate=True)
+        refused: list[Key] = []
+        key = self._victim(can_evict, refused)
         if key is not None:
             self._unlink(key)
+        for used in refused:
+            self.on_hit(used)
         return key

@@ -8,8 +8,8 @@ epoch t0 moves forward (rescaling every S) before it could overflow. ``decay`` i
 (default ln 2 / 600: a use is worth half after 10 minutes).
 
 A key ``can_evict`` refuses is in use (pinned, or a parent of live blocks): ``evict`` counts the
-refusal as a use, as ARC, LIRS and TTL do, so the key moves up past the keys it tied with or beat
-and is not asked again on every call while it stays in use.
+refusal as a use (``ScoredPolicy._refused``'s default), as ARC, LIRS and TTL do, so the key moves
+up past the keys it tied with or beat and is not asked again on every call while it stays in use.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import math
 from typing import Any
 
 from ..errors import ConfigError
-from .base import CanEvict, Key, ScoredPolicy
+from .base import Key, ScoredPolicy
 from .registry import register
 
 _REBASE = 600.0  # rebase when decay * (now - t0) exceeds this: e^600 is far from overflow
@@ -69,22 +69,6 @@ class LFUDecay(ScoredPolicy):
 
     def _forget(self, key: Key) -> None:
         self._s.pop(key, None)
-
-    def evict(self, can_evict: CanEvict = None) -> Key | None:
-        if can_evict is None:
-            return self._find(None, pop=True)
-        refused: list[Key] = []
-
-        def allowed(key: Key) -> bool:
-            if can_evict(key):
-                return True
-            refused.append(key)
-            return False
-
-        victim = self._find(allowed, pop=True)
-        for key in refused:
-            self.on_hit(key)
-        return victim
 
     def value(self, key: Key) -> float:
         """The current decayed hit count of a resident key."""
