@@ -393,7 +393,7 @@ class Placement:
         No pass starts here: against a disk that keeps refusing, that would retry in a loop."""
         assert m.src is not None
         self.c.delete_errors += 1
-        slot = self.slots[m.src]
-        if m.kept and not slot.holds(m.key):  # not if a newer write of the key into this tier came first
+        slot = self.slots[m.src]  # not if a newer write of the key here came first; only persistent tiers adopt
+        if m.kept and slot.persistent and not slot.holds(m.key):
             slot.tier.adopt(m.key, m.kept)
             slot.admit(m.key, m.kept, m.owner)
