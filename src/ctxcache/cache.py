@@ -31,9 +31,9 @@ from typing import Any, Unpack
 from .config import CacheConfig, load_config
 from .engine import Engine, Match, Slot
 from .engine import erasure as _erasure
-from .engine.factory import make_tier
+from .engine.factory import engine_options, make_tier
 from .engine.options import EngineOptions
-from .engine.tenancy import Tenancy, load_tenancy
+from .engine.tenancy import Tenancy
 from .errors import MatchReleasedError
 from .index import RadixIndex
 from .keys import BlockHasher, Namespace, Prompt, Tokens
@@ -61,15 +61,13 @@ class ContextCache:
     ) -> ContextCache:
         """Build from a config mapping, a TOML path or a CacheConfig (see docs/configuration.md)."""
         cfg = source if isinstance(source, CacheConfig) else load_config(source)
-        tenancy = load_tenancy(cfg.tenants, cfg.tenancy)  # before the tiers: a bad table opens nothing
+        options = engine_options(cfg)  # before the tiers: a bad tenant table opens nothing
+        options["clock"] = clock
         tiers: list[Tier] = []
         try:
             for i, tc in enumerate(cfg.tiers):
                 tiers.append(make_tier(i, tc, cfg.block_size, clock))
-            return cls(
-                tiers, block_size=cfg.block_size, hash=cfg.hash, model=cfg.model, salt=cfg.salt, clock=clock,
-                promote=cfg.promote, write_buffer=cfg.write_buffer, tenancy=tenancy,
-            )  # fmt: skip
+            return cls(tiers, **options)
         except BaseException:
             for tier in tiers:  # release what was opened (disk locks, redis connections)
                 tier.close()

@@ -100,7 +100,7 @@ def test_a_dead_slow_tier_costs_hits_not_requests():
         (r"\bc(ounters)?\.(lookups|hits|misses|hit_tokens|lookup_tokens)\s*\+=", "engine/lookup.py"),
         (r"\bc(ounters)?\.(stores|stored_blocks|collisions|rejected|repaired)\s*\+=", "engine/store.py"),
         (
-            r"\bc\.(evictions|demotions|demotions_skipped|promotions|discovered|lost|write_errors)\s*\+=",
+            r"\bc\.(evictions|demotions|demotions_skipped|promotions|discovered|lost|write_errors|delete_errors)\s*\+=",
             "engine/placement.py",
         ),
         (r"\bc(ounters)?\.(throttled_waits|throttled_recomputes)\s*\+=", "engine/lookup.py"),  # tenancy

@@ -35,8 +35,8 @@ def _erase_key(e: Engine, key: Hashable) -> bool:
     pl = e.placement
     for t, slot in enumerate(e.slots):
         if slot.holds(key) or key in slot.owners:
+            pl._drop(t, key)  # first: it reads the owner, charged again if the delete fails
             slot.drop(key)
-            pl._drop(t, key)
         elif not slot.slow and key in slot.tier:
             slot.tier.delete(key)
     if node is not None:
@@ -89,9 +89,9 @@ def _drop_stored(e: Engine, tenant: str | None, found: dict[int, list[bytes]]) -
         for key in keys:
             if key in skip:
                 continue
+            e.placement._drop(t, key)
             if slot.holds(key) or key in slot.owners:
                 slot.drop(key)
-            e.placement._drop(t, key)
             queued += 1
     return queued, busy
 
@@ -128,8 +128,8 @@ def erase_tenant(e: Engine, tenant: str) -> dict[str, Any]:
         erased, busy = _erase_nodes(e, nodes)
         for slot_pos, slot in enumerate(e.slots):  # blocks charged to the tenant the index lacks
             for key in slot.tenant_blocks(tenant):
-                slot.drop(key)
                 e.placement._drop(slot_pos, key)
+                slot.drop(key)
                 erased.append(key)
         e.counters.erased += len(erased)
     verified = _verify(e, erased) and busy == 0
@@ -150,8 +150,8 @@ def flush_all(e: Engine) -> dict[str, Any]:
         erased, busy = _erase_nodes(e, list(e.index))
         for t, slot in enumerate(e.slots):  # orphans: blocks of earlier runs the index lacks
             for key in list(slot.owners):
-                slot.drop(key)
                 e.placement._drop(t, key)
+                slot.drop(key)
                 erased.append(key)
         e.counters.erased += len(erased)
     verified = _verify(e, erased) and busy == 0

@@ -1,7 +1,8 @@
-"""From configuration to slots: build each tier of a config, and give each tier its policy.
+"""From configuration to the engine: each tier of a config, each tier's policy, and the engine's
+options (``engine_options``).
 
-The only module of the engine that reads the config schema (``config.TierConfig``), so tiers
-stay storage only and the engine core takes plain objects.
+The only module of the engine that reads the config schema (``config.CacheConfig``,
+``config.TierConfig``), so tiers stay storage only and the engine core takes plain objects.
 """
 
 from __future__ import annotations
@@ -9,12 +10,32 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping, Sequence
 
-from ..config import TierConfig
+from ..config import CacheConfig, TierConfig
 from ..errors import ConfigError, UnknownTierError
 from ..policies import Policy, make_policy
 from ..tiers import TIERS, Tier
 from ..units import Clock
+from .options import EngineOptions
 from .slot import Slot
+from .tenancy import load_tenancy
+
+# The EngineOptions a config cannot hold (live objects): the caller of ``from_config`` passes them.
+# Every other option comes from the config here (tests/engine/test_options.py checks both lists).
+NOT_IN_CONFIG = frozenset({"clock"})
+
+
+def engine_options(cfg: CacheConfig) -> EngineOptions:
+    """The engine options a config sets: every ``EngineOptions`` key but ``NOT_IN_CONFIG``.
+    The tenant tables are checked here, before any tier opens (a bad table opens nothing)."""
+    return EngineOptions(
+        block_size=cfg.block_size,
+        hash=cfg.hash,
+        model=cfg.model,
+        salt=cfg.salt,
+        promote=cfg.promote,
+        write_buffer=cfg.write_buffer,
+        tenancy=load_tenancy(cfg.tenants, cfg.tenancy),
+    )
 
 
 def make_tier(i: int, tc: TierConfig, block_size: int, clock: Clock) -> Tier:

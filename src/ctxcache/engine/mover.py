@@ -15,6 +15,10 @@ A reservation is settled when the move reports, except a delete's outflow: settl
 the delete is sent, with the tier's charge for the block, so no delete landing outside the lock
 moves ``Slot.used``.
 
+A delete that raises (an unlink refused, an I/O error) leaves its block in storage: the move
+carries the bytes the tier stopped charging for (``kept``) back to placement, which charges them
+again and counts the failure; a write that landed is never taken back for its source's delete.
+
 All fields are guarded by the engine's lock (``lock``), which the mover shares.
 """
 
@@ -49,7 +53,9 @@ class Move:
     release: int = 0  # bytes charged to the outflow of slot src
     buffered: int = 0  # RAM held by payload/blob until done
     delete_src: bool = False
+    owner: str | None = None  # the tenant charged for the block in src (charged again if its delete fails)
     ok: bool = False
+    kept: int | None = None  # the delete from src raised: the bytes src charged for it, still stored
     queued_at: float = 0.0  # monotonic seconds, for the mover's lag
 
 
@@ -171,22 +177,43 @@ class Mover:
             # a failed write leaves the block where it was (the cache then keeps it there).
             gone = [m for m in batch if m.ok]
             if gone:
-                self._settle_release(self.slots[head.src], gone)
-                self.tiers[head.src].delete_many([m.key for m in gone])
+                sizes = self._settle_release(self.slots[head.src], gone)
+                self._delete(self.tiers[head.src], gone, sizes)
 
-    def _settle_release(self, src: Slot, gone: list[Move]) -> None:
+    @staticmethod
+    def _delete(tier: Tier, gone: list[Move], sizes: list[int]) -> None:
+        """Delete the batch's blocks from ``tier``; a block whose delete raises gets ``kept``.
+
+        When the batch's call raises, each key is tried once more on its own: the call may have
+        stopped at its first failure, and deleting again what it did delete is a no-op."""
+        try:
+            tier.delete_many([m.key for m in gone])
+            return
+        except Exception:  # noqa: BLE001 - a failing backend must not fail the batch's other deletes
+            pass
+        for m, size in zip(gone, sizes):
+            try:
+                tier.delete(m.key)
+            except Exception:  # noqa: BLE001 - still in storage: placement charges it again
+                m.kept = size
+
+    def _settle_release(self, src: Slot, gone: list[Move]) -> list[int]:
         """Under the lock, before the deletes are sent: settle their outflow and have the tier stop
         charging for them, together, so ``Slot.used`` stays where it was and is right.
 
         Left to the delete itself (outside the lock) and to the report, the tier's bytes dropped
         first and ``Slot.used`` counted the block as gone twice meanwhile: room made against that
         (a capacity pass, ``room``'s free bytes) overfilled the tier by the block once the report
-        came. Now no delete changes ``used`` outside the lock (as a quota counts only charges)."""
+        came. Now no delete changes ``used`` outside the lock (as a quota counts only charges).
+        Returns the bytes the tier charged for each, for a delete that fails."""
+        sizes = []
         with self.lock:
             for m in gone:
                 src.reserve(0, -m.release)
+                sizes.append(src.tier.nbytes(m.key))
                 src.tier.forget(m.key)  # bookkeeping only: the delete that follows does the I/O
                 m.release = 0  # settled: the report has nothing left to settle
+        return sizes
 
     @staticmethod
     def _blob(m: Move, dst: Tier, src: Tier | None) -> bytes | None:

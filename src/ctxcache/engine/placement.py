@@ -195,9 +195,11 @@ class Placement:
         return moved
 
     def _drop(self, t: int, key: Hashable) -> None:
+        """Delete ``key`` from tier ``t``; call it while the slot still charges the key's owner."""
         tier = self.tiers[t]
         if tier.slow:
-            self.mover.submit(Move(key, t, None, NO_META, release=tier.nbytes(key), delete_src=True))
+            owner = self.slots[t].owner(key)
+            self.mover.submit(Move(key, t, None, NO_META, release=tier.nbytes(key), delete_src=True, owner=owner))
         else:
             tier.delete(key)
 
@@ -230,7 +232,9 @@ class Placement:
                     self.c.demotions_skipped += 1  # the write buffer is full: never wait for it
                     return False
                 release = src.nbytes(key) if src.slow else 0
-                self.mover.submit(Move(key, t, d, meta, payload, blob, size, release, held, delete_src=src.slow))
+                self.mover.submit(
+                    Move(key, t, d, meta, payload, blob, size, release, held, delete_src=src.slow, owner=owner)
+                )
                 if not src.slow:
                     src.delete(key)
             else:
@@ -363,7 +367,9 @@ class Placement:
             key = node.parent
 
     def _moved(self, m: Move) -> None:
-        """The mover's report, under the lock. Only failed writes need anything done."""
+        """The mover's report, under the lock. Only failed writes and deletes need anything done."""
+        if m.kept is not None:
+            self._kept(m)
         if m.dst is None or m.ok:
             return
         self.c.write_errors += 1
@@ -379,3 +385,15 @@ class Placement:
             node.tier = LOST
             self.c.lost += 1
             self.prune(m.key)
+
+    def _kept(self, m: Move) -> None:
+        """A delete from slow tier ``m.src`` raised: the block is still in its storage. Charged
+        again to its owner (as a block found at start), capacity and quota count what storage holds,
+        and a later pass picks it (an orphan, or a copy of a block held lower) and deletes it again.
+        No pass starts here: against a disk that keeps refusing, that would retry in a loop."""
+        assert m.src is not None
+        self.c.delete_errors += 1
+        slot = self.slots[m.src]  # not if a newer write of the key here came first; only persistent tiers adopt
+        if m.kept and slot.persistent and not slot.holds(m.key):
+            slot.tier.adopt(m.key, m.kept)
+            slot.admit(m.key, m.kept, m.owner)

@@ -31,7 +31,7 @@ MAX_PAIRS = 4096  # distinct (tenant, bytes) charges shared between blocks (see 
 @dataclass(slots=True)
 class Counters:
     """The engine's event counters, by owner: the lookup (``lookups`` .. ``lookup_tokens``), the
-    store (``stores`` .. ``rejected``) and placement (``evictions`` .. ``write_errors``). Each
+    store (``stores`` .. ``rejected``) and placement (``evictions`` .. ``delete_errors``). Each
     field is changed by exactly one of them."""
 
     lookups: int = 0
@@ -50,6 +50,7 @@ class Counters:
     lost: int = 0
     repaired: int = 0
     write_errors: int = 0
+    delete_errors: int = 0  # deletes a slow tier refused: the block stays stored and charged (placement)
     collisions: int = 0
     rejected: int = 0
     throttled_waits: int = 0  # loads that waited for their tenant's bucket (lookup)

@@ -40,6 +40,7 @@ _COUNTERS = {
     "demotions_skipped": ("ctxcache_demotions_skipped", "demotions given up (no room below, or a slow tier down)"),
     "repaired": ("ctxcache_repaired_blocks", "lost blocks stored again"),
     "write_errors": ("ctxcache_write_errors", "failed writes to a tier"),
+    "delete_errors": ("ctxcache_delete_errors", "deletes a slow tier refused (the block stays stored and charged)"),
     "collisions": ("ctxcache_hash_collisions", "key collisions caught by token verification"),
     "rejected": ("ctxcache_rejected_blocks", "blocks not stored (no room, or parent gone)"),
     "discovered": ("ctxcache_discovered_blocks", "blocks found in shared tiers that the index lacked"),

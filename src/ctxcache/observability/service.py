@@ -41,6 +41,8 @@ class ObsConfig:
     log_every_s: float = 10.0  # periodic stats line and dashboard point
     history_points: int = 720
     trace_exporter: str = field(default_factory=lambda: os.environ.get("CTXCACHE_TRACE_EXPORTER", "none"))
+    # Deprecated (a warning at server start): opens only the dashboard's tenant table; the admin keys
+    # of /v1/admin ([admin] key, [cache.tenancy] admin_keys) open it too (server/routes_obs.is_admin).
     admin_key: str | None = field(default_factory=lambda: os.environ.get("CTXCACHE_ADMIN_KEY") or None)
     worker_stall_s: float = 120.0  # readiness fails if one job has run longer than this
     cost_model: str = "gemma3-270m-cpu"

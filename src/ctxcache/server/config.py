@@ -35,14 +35,16 @@ cache = { block_size = 32, tiers = [{ kind = "memory", capacity = "2GiB", policy
 [semantic]                # semantic response cache, opt-in per tenant: see docs/semantic-cache.md
 tenants = ["team-a"]
 
-[admin]                   # opens every /v1/admin route, as do [cache.tenancy] admin_keys and env
-                          # CTXCACHE_ADMIN_KEY (any of them); none configured: admin routes answer 403
+[admin]                   # opens every /v1/admin route and the dashboard's tenant table, as do
+                          # [cache.tenancy] admin_keys and env CTXCACHE_ADMIN_KEY (any of them);
+                          # none configured: admin routes answer 403
 key = "admin-secret"
 ```
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
 from collections.abc import Mapping
@@ -53,6 +55,8 @@ from typing import Any
 from ..config import load_config, parse_size
 from ..errors import ConfigError
 from ..observability.service import ObsConfig, obs_config_from
+
+log = logging.getLogger("ctxcache.server")
 
 # Measured with benchmarks/bench_ttft.py (multi-turn chat, 1-3k token histories): see docs/serving.md.
 DEFAULT_BLOCK_SIZE = 32
@@ -187,6 +191,11 @@ def load_server_config(source: str | os.PathLike[str] | Mapping[str, Any] | None
     if not all(isinstance(t, Mapping) for t in (keys, cache, semantic, admin)):
         raise ConfigError("[api_keys], [cache], [semantic] and [admin] must be tables")
     obs = obs_config_from(data.get("observability", {}))
+    if "admin_key" in data.get("observability", {}):
+        log.warning(
+            "[observability] admin_key is deprecated: it still opens the dashboard's tenant table, and only that. "
+            "Move the key to [admin] key (or [cache.tenancy] admin_keys): those open the dashboard and /v1/admin"
+        )
     try:
         return ServerConfig(
             **server,

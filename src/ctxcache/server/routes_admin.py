@@ -1,9 +1,10 @@
 """Admin routes: erase a tenant's cache, flush everything, read a tenant's usage and per-tenant metrics.
 
 Only an admin key opens them: ``[admin] key`` in the server config, ``[cache.tenancy]
-admin_keys`` or the ``CTXCACHE_ADMIN_KEY`` environment variable. ``require_admin`` is the one check
-for every route under /v1/admin (the semantic cache's included): no tenant key can read, count or
-erase anything there, its own data included. Erasure and flush run off the event loop (they wait for disk and Redis deletes) and
+admin_keys`` or the ``CTXCACHE_ADMIN_KEY`` environment variable. ``check_admin`` is the one check,
+for every route under /v1/admin (the semantic cache's included, through ``require_admin``) and for
+the dashboard's admin views (routes_obs): no tenant key can read, count or erase anything there,
+its own data included. Erasure and flush run off the event loop (they wait for disk and Redis deletes) and
 each writes one line to the ``ctxcache.audit`` log.
 """
 
@@ -31,15 +32,26 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=_ERRORS)
 
 
-def require_admin(request: Request) -> None:
+def admin_digests(request: Request, *extra: str | None) -> set[str]:
+    """Digests of the configured admin keys, plus ``extra`` (the dashboard's deprecated key)."""
     tenancy = main_cache(request).tenancy
-    keys = {os.environ.get("CTXCACHE_ADMIN_KEY"), request.app.state.ctx.cfg.admin.get("key")}
-    digests = set(tenancy.admin_digests if tenancy is not None else ()) | {key_digest(k) for k in keys if k}
+    keys = {os.environ.get("CTXCACHE_ADMIN_KEY"), request.app.state.ctx.cfg.admin.get("key"), *extra}
+    return set(tenancy.admin_digests if tenancy is not None else ()) | {key_digest(k) for k in keys if k}
+
+
+def require_admin(request: Request) -> None:
+    """The dependency of every /v1/admin route: the key of ``Authorization: Bearer`` (or ``x-api-key``)."""
+    check_admin(request, given_key(request))
+
+
+def check_admin(request: Request, given: str, *extra: str | None) -> None:
+    """Raise unless ``given`` is an admin key: 403 when none is configured, 401 when none is given,
+    403 for any other key (a tenant's included)."""
+    digests = admin_digests(request, *extra)
     if not digests:
         raise APIError(
             403, "the admin API is disabled: configure [admin] key, [cache.tenancy] admin_keys or CTXCACHE_ADMIN_KEY"
         )
-    given = given_key(request)
     if not given:
         raise APIError(401, "missing admin key: send 'Authorization: Bearer <admin key>'")
     d = key_digest(given)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import time
 from importlib import resources
 from typing import Any
@@ -14,7 +13,8 @@ from ..observability.ab import _pct
 from ..observability.exporter import evictions_by_reason
 from ..observability.health import readiness
 from ..observability.service import Observability
-from .deps import APIError
+from .deps import given_key
+from .routes_admin import admin_digests, check_admin
 
 router = APIRouter(tags=["ops"])
 
@@ -24,12 +24,16 @@ def _obs(request: Request) -> Observability:
     return obs
 
 
-def is_admin(request: Request, admin_key: str | None) -> bool:
-    """``X-Admin-Key: <key>``. No key configured: nobody is admin (the table stays hidden)."""
-    if not admin_key:
+def is_admin(request: Request) -> bool:
+    """Whether the request opens the dashboard's admin views: an admin key of /v1/admin (the same
+    check) as ``X-Admin-Key`` (the page's header) or ``Authorization: Bearer``. No key sent: False,
+    the public view. Any other key is refused as /v1/admin refuses it (403, the same body). The
+    deprecated ``[observability] admin_key`` opens the dashboard as it did, and nothing else."""
+    given = request.headers.get("x-admin-key") or given_key(request)
+    if not given:
         return False
-    given = request.headers.get("x-admin-key", "")
-    return hmac.compare_digest(given.encode(), admin_key.encode())
+    check_admin(request, given, _obs(request).cfg.admin_key)
+    return True
 
 
 @router.get("/readyz", responses={503: {"description": "not ready: the body names the failed check"}})
@@ -63,13 +67,11 @@ def _tiers(s: dict[str, Any]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-@router.get("/dashboard/data", responses={403: {"description": "an X-Admin-Key was sent and is wrong"}})
+@router.get("/dashboard/data", responses={403: {"description": "a key was sent and is not an admin key"}})
 async def dashboard_data(request: Request) -> dict[str, Any]:
-    """Everything the dashboard shows; ``tenants`` only with a valid X-Admin-Key (else 403 if one was sent)."""
+    """Everything the dashboard shows; ``tenants`` only with an admin key (403 if another key was sent)."""
     obs = _obs(request)
-    admin = is_admin(request, obs.cfg.admin_key)
-    if request.headers.get("x-admin-key") and not admin:
-        raise APIError(403, "invalid admin key (X-Admin-Key)")
+    admin = is_admin(request)
     s = obs.stats()
     snap = obs.observer.snapshot()
     totals, by_tier = obs.requests.snapshot()
@@ -106,7 +108,7 @@ async def dashboard_data(request: Request) -> dict[str, Any]:
         "tiers": _tiers(s),
         "history": list(obs.history),
         "admin": admin,
-        "admin_configured": bool(obs.cfg.admin_key),
+        "admin_configured": bool(admin_digests(request, obs.cfg.admin_key)),
     }
     if admin:
         out["tenants"] = [
