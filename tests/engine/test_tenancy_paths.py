@@ -56,3 +56,12 @@ def test_the_master_key_file_is_read(tmp_path):
 def test_tenants_that_are_not_a_table_are_a_clear_error():
     with pytest.raises(ConfigError, match=r"tenants must be a table of \[tenants.<id>\] tables"):
         load_tenancy(["a", "b"], env={})  # type: ignore[arg-type]
+
+
+def test_a_request_sending_a_stored_digest_is_not_let_in():
+    """A key may be configured as its digest; a request that sends that digest (read from a config
+    file or a backup) instead of the key is refused, for tenant keys and for admin keys."""
+    digest = "sha256:" + hashlib.sha256(b"sk-real").hexdigest()
+    ty = load_tenancy({"a": {"api_keys": [digest]}}, env={})
+    assert ty is not None and ty.authenticate("sk-real") == "a"
+    assert ty.authenticate(digest) is None and ty.authenticate(digest.upper().replace("SHA256", "sha256")) is None

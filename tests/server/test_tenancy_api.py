@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -197,3 +198,16 @@ def test_a_group_b_job_does_not_unseat_tenancy_and_erasure_reaches_group_b_cache
         finally:
             lm.cache = main
         assert group_b.tenant_usage("a")["blocks"] == 0 and cached(c, "sk-a") == 0
+
+
+def test_a_stored_digest_sent_as_the_key_opens_nothing():
+    """Keys may be configured as their digests; a client that read one (a config file, a backup)
+    and sends it in place of the key is refused on the tenant and the admin routes alike."""
+    adm = "sha256:" + hashlib.sha256(b"adm2").hexdigest()
+    with serve(tenant_lm(admin_keys=[adm])) as c:
+        assert c.get("/v1/admin/tenants/a/usage", headers=key("adm2")).status_code == 200
+        r = c.get("/v1/admin/tenants/a/usage", headers=key(adm))
+        assert r.status_code == 403 and "admin" in r.json()["error"]["message"]
+        tenant = "sha256:" + hashlib.sha256(b"sk-a").hexdigest()
+        r = c.post("/v1/chat/completions", json=chat("hello there " * 4), headers=key(tenant))
+        assert r.status_code == 401, r.text

@@ -65,9 +65,17 @@ class PinnedQuotaError(CtxCacheError, ValueError):
 
 
 def key_digest(key: str) -> str:
-    """How an API key is stored: ``sha256:<hex>`` (a key given that way is kept as is)."""
+    """How a configured API key is stored: ``sha256:<hex>`` (a key configured that way is kept as
+    is, so a config need not hold the key itself). Never for a key a request sends: see
+    ``request_digest``."""
     if key.startswith("sha256:") and len(key) == 71:
         return key.lower()
+    return request_digest(key)
+
+
+def request_digest(key: str) -> str:
+    """The digest of a key a request sends: always hashed. Kept as is, a client that had read a
+    stored digest (a config file, a backup) could send it instead of the key and be let in."""
     return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -112,7 +120,7 @@ class Tenancy:
 
     def authenticate(self, api_key: str) -> str | None:
         """The tenant an API key belongs to (compared as digests), or None."""
-        return self._by_key.get(key_digest(api_key)) if api_key else None
+        return self._by_key.get(request_digest(api_key)) if api_key else None
 
     def root_salt(self, tenant: str, cache_salt: str | None = None) -> bytes:
         """The salt of a tenant's namespace: HMAC of the server secret over id and tenant salt,

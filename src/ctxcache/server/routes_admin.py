@@ -19,7 +19,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from prometheus_client import generate_latest
 
-from ..engine.tenancy import key_digest
+from ..engine.tenancy import key_digest, request_digest
 from .deps import APIError, given_key, main_cache
 from .metrics import CONTENT_TYPE
 
@@ -54,7 +54,7 @@ def check_admin(request: Request, given: str, *extra: str | None) -> None:
         )
     if not given:
         raise APIError(401, "missing admin key: send 'Authorization: Bearer <admin key>'")
-    d = key_digest(given)
+    d = request_digest(given)
     if not any(hmac.compare_digest(d, a) for a in digests):
         raise APIError(403, "this key is not an admin key")
 
