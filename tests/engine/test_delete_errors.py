@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import Hashable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -114,14 +115,8 @@ def test_a_refused_delete_after_a_demotion_between_slow_tiers_is_not_a_write_err
     cache.close()
 
 
-def test_a_disk_unlink_that_fails_leaves_the_file_charged(tmp_path, monkeypatch):
-    disk = DiskTier(1 << 20, path=tmp_path / "d", fsync=False)
-    cache = ContextCache([MemoryTier(1 << 20), disk], block_size=BS)
-    for i in range(2):
-        store(cache, i)
-    with cache._engine.lock:
-        assert cache._engine.placement.make_room(0, cache.slots[0].used())  # both blocks to disk
-    assert cache.flush(10) and len(disk) == 2
+def _refuse_block_unlinks(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Make every unlink of a block file raise PermissionError; returns the real unlink."""
     real = pathlib.Path.unlink
 
     def unlink(self: pathlib.Path, missing_ok: bool = False) -> None:
@@ -130,6 +125,18 @@ def test_a_disk_unlink_that_fails_leaves_the_file_charged(tmp_path, monkeypatch)
         real(self, missing_ok)
 
     monkeypatch.setattr(pathlib.Path, "unlink", unlink)
+    return real
+
+
+def test_a_disk_unlink_that_fails_leaves_the_file_charged(tmp_path, monkeypatch):
+    disk = DiskTier(1 << 20, path=tmp_path / "d", fsync=False)
+    cache = ContextCache([MemoryTier(1 << 20), disk], block_size=BS)
+    for i in range(2):
+        store(cache, i)
+    with cache._engine.lock:
+        assert cache._engine.placement.make_room(0, cache.slots[0].used())  # both blocks to disk
+    assert cache.flush(10) and len(disk) == 2
+    real = _refuse_block_unlinks(monkeypatch)
     with cache._engine.lock:
         assert cache._engine.placement.make_room(1, disk.used_bytes)  # evict both from the last tier
     assert cache.flush(10)
@@ -178,14 +185,7 @@ def test_a_tenant_erasure_whose_delete_fails_is_unverified_and_a_retry_finishes_
     ask(cache, "b", prompt_of(2))
     assert cache.flush(10)
     a_bytes = cache.slots[0].tenant_used("a")
-    real = pathlib.Path.unlink
-
-    def unlink(self: pathlib.Path, missing_ok: bool = False) -> None:
-        if self.suffix == ".blk":
-            raise PermissionError(13, "Permission denied", str(self))
-        real(self, missing_ok)
-
-    monkeypatch.setattr(pathlib.Path, "unlink", unlink)
+    real = _refuse_block_unlinks(monkeypatch)
     out = cache.erase_tenant("a")
     assert out["verified"] is False and cache.stats()["delete_errors"] == 4
     assert cache.slots[0].tenant_used("a") == a_bytes  # before the fix: 0, the files still there

@@ -65,3 +65,19 @@ def block_ids(requests: list[list[int]], block_size: int) -> list[tuple[int, ...
         tuple(ids.setdefault(tuple(toks[: (i + 1) * block_size]), len(ids)) for i in range(len(toks) // block_size))
         for toks in requests
     ]
+
+
+def evict_refusing_every_tenth(pol: Any, n: int, label: str = "") -> None:
+    """Keys 0..n-1 resident, ``k % 10 == 0`` in use (refused): every other key leaves, refusals
+    cost amortised O(1) (under 3 checks per key in all), and the refused keys stay."""
+    calls = 0
+
+    def in_use_every_tenth(key: Any) -> bool:
+        nonlocal calls
+        calls += 1
+        return bool(key % 10 != 0)
+
+    out = [pol.evict(in_use_every_tenth) for _ in range(n - n // 10)]
+    assert sorted(out) == [k for k in range(n) if k % 10]
+    assert calls < 3 * n, f"{label}: {calls} can_evict calls for {len(out)} evictions"
+    assert pol.evict(in_use_every_tenth) is None and len(pol) == n // 10

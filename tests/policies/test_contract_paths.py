@@ -28,7 +28,7 @@ from ctxcache.policies import POLICIES, Policy, make_policy, policy_names
 from ctxcache.policies.base import as_offline
 
 from ..conftest import FakeClock
-from .helpers import drain
+from .helpers import drain, evict_refusing_every_tenth
 
 ALL = policy_names()
 SIZED = [n for n in ALL if "capacity" in inspect.signature(POLICIES[n]).parameters]
@@ -233,15 +233,5 @@ def test_a_refused_key_is_in_use_so_refusals_cost_amortised_constant(name):
         if k % 4 == 0:  # a few hits, so scores and counts differ
             pol.on_hits([rng.randrange(k + 1)])
         pol.clock.advance(rng.choice([0.0, 1.0]))  # type: ignore[attr-defined]
-    calls = 0
-
-    def in_use_every_tenth(key: Any) -> bool:
-        nonlocal calls
-        calls += 1
-        return key % 10 != 0
-
-    out = [pol.evict(in_use_every_tenth) for _ in range(N_REFUSAL - N_REFUSAL // 10)]
-    assert sorted(out) == [k for k in range(N_REFUSAL) if k % 10]
-    assert calls < 3 * N_REFUSAL, f"{name}: {calls} can_evict calls for {len(out)} evictions"
-    assert pol.evict(in_use_every_tenth) is None and len(pol) == N_REFUSAL // 10
+    evict_refusing_every_tenth(pol, N_REFUSAL, name)
     assert sorted(drain(pol)) == list(range(0, N_REFUSAL, 10))

@@ -7,7 +7,7 @@ from typing import Any
 
 from ctxcache.policies.base import Key, ScoredPolicy
 
-from .helpers import drain
+from .helpers import drain, evict_refusing_every_tenth
 
 
 class Uses(ScoredPolicy):
@@ -38,17 +38,7 @@ def test_a_subclass_counts_a_refusal_as_a_use_by_default():
 
 
 def test_a_subclass_pays_amortised_constant_for_refused_keys():
-    n, calls = 1000, 0
     p = Uses()
-    for k in range(n):
+    for k in range(1000):
         p.on_insert(k)
-
-    def in_use_every_tenth(key: Any) -> bool:
-        nonlocal calls
-        calls += 1
-        return key % 10 != 0
-
-    out = [p.evict(in_use_every_tenth) for _ in range(n - n // 10)]
-    assert sorted(out) == [k for k in range(n) if k % 10]
-    assert calls < 3 * n, f"{calls} can_evict calls for {len(out)} evictions"
-    assert p.evict(in_use_every_tenth) is None and len(p) == n // 10
+    evict_refusing_every_tenth(p, 1000, "Uses")
