@@ -46,6 +46,7 @@ bench: install redis-server
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_libcachesim_check.py
 	$(BIN)/python benchmarks/bench_policies.py
+	$(BIN)/python benchmarks/bench_sim_vs_engine.py
 	$(BIN)/python benchmarks/seed_claims.py
 	$(BIN)/python benchmarks/bench_observability.py
 

@@ -77,12 +77,12 @@ class _Run:
         w = self.w
         w["requests"] = w.get("requests", 0) + 1
         w["load_s"] = w.get("load_s", 0.0) + self.cost.prefill_s(r.input_length, toks)
+        if h:  # before the store makes room, as the engine and the simulator do
+            self.pol.on_hits(reversed(blocks[:h]))
         full = n if r.input_length >= n * bs else n - 1
         new = self._insert(blocks[:full], h, parent, r.tenant) if h < full else []
         for b in reversed(new):
             self.pol.on_insert(b)
-        if h:
-            self.pol.on_hits(reversed(blocks[:h]))
 
     def _insert(self, blocks: Sequence[int], h: int, parent: Any, tenant: str) -> list[int]:
         need, cap = len(blocks) - h, self.capacity_at(self.clock.t)

@@ -243,9 +243,9 @@ def _run_prefix(
             hit_tokens += toks
             if cost is not None:
                 saved += cost.saved_s(r.input_length, toks)
+            _report_hits(pol, fut, blocks, h, pos)
         if on_request is not None:
             on_request(r, toks)
-        new: list[int] = []
         if h < n:
             misses += n - h
             # Like ContextCache, never store a trailing partial block (its id changes when the
@@ -253,7 +253,7 @@ def _run_prefix(
             full = n if partial or r.input_length >= n * bs else n - 1
             if h < full:
                 new = _insert_chain(idx, pol, capacity, blocks[:full], h, parent, can_evict)
-        _report(pol, fut, blocks, h, new, pos)
+                _report_new(pol, fut, blocks, h, new, pos)
         pos += n
         if progress is not None and (r_i & 255) == 255:
             progress(256)
@@ -262,23 +262,33 @@ def _run_prefix(
     return misses, hit_tokens, saved
 
 
-def _report(pol: Policy, fut: Offline | None, blocks: Sequence[int], h: int, new: list[int], pos: int) -> None:
-    """Tell the policy about a request's hits and new blocks.
+def _report_hits(pol: Policy, fut: Offline | None, blocks: Sequence[int], h: int, pos: int) -> None:
+    """Tell the policy about a request's hit prefix, deepest first, before its store makes room.
 
-    Deepest block first, new ones before hit ones: every ancestor then looks more recently used
-    (and, on ties, newer) than its descendants, so victims are found at the leaves."""
+    The live engine's order: ``lookup`` counts the hits (deepest first, so ancestors look more
+    recently used) and pins the prefix, and only then does ``store`` evict and admit the new
+    blocks. Reporting the hits after the store instead ranked the prefix by its previous use while
+    the store's victim search ran: the search reached the pinned prefix more often, and lfu and
+    lfu-decay, which count a refusal as a use, then counted one request's use of it twice (the
+    refusal, then the hit). The engine counts a refusal too, but only after the hit, as here now.
+    """
     if fut is not None:
-        for j in range(h + len(new) - 1, h - 1, -1):
-            fut.position = pos + j
-            pol.on_insert(blocks[j])
         for j in range(h - 1, -1, -1):
             fut.position = pos + j
             pol.on_hit(blocks[j])
         return
+    pol.on_hits(reversed(blocks[:h]))
+
+
+def _report_new(pol: Policy, fut: Offline | None, blocks: Sequence[int], h: int, new: list[int], pos: int) -> None:
+    """Tell the policy about a request's new blocks, deepest first (as ``Slot.admit_chain``)."""
+    if fut is not None:
+        for j in range(h + len(new) - 1, h - 1, -1):
+            fut.position = pos + j
+            pol.on_insert(blocks[j])
+        return
     for b in reversed(new):
         pol.on_insert(b)
-    if h:
-        pol.on_hits(reversed(blocks[:h]))
 
 
 def _insert_chain(
