@@ -54,9 +54,10 @@ def test_a_refused_eviction_delete_is_counted_and_the_block_stays_charged_until_
     blob = probe.slots[0].used()  # one block's blob
     tier = FakeSlowTier(4 * blob, on_call=refuse, high=1.0, low=1.0)
     cache = ContextCache([tier], block_size=BS)
-    for i in range(4):
+    for i in range(4):  # one at a time: a write landing while the next store makes room counts twice until reported
         store(cache, i)
-    assert cache.flush(10) and len(tier.store) == 4 and not refuse.refused
+        assert cache.flush(10)
+    assert len(tier.store) == 4 and not refuse.refused
     store(cache, 4)  # it needs room: the oldest block is evicted, and its delete raises
     assert cache.flush(10)
     s = cache.stats()
@@ -67,9 +68,11 @@ def test_a_refused_eviction_delete_is_counted_and_the_block_stays_charged_until_
     assert cache.slots[0].used() == tier.used_bytes == 5 * blob  # the truth: one block over capacity
     (k,) = set(refuse.refused)
     assert cache.slots[0].holds(k) and cache.slots[0].owner(k) == "default"  # charged to its owner again
-    store(cache, 5)  # this store makes room for the left-over block too: two victims, both refused
+    # This store makes room for the left-over block too: two victims, both refused, after the
+    # left-over block itself, tried first but not counted on (refused again).
+    store(cache, 5)
     assert cache.flush(10)
-    assert cache.stats()["delete_errors"] == 3 and len(tier.store) == 6
+    assert cache.stats()["delete_errors"] == 4 and len(tier.store) == 6
     _accounted(tier)
     refuse.on = False  # the disk recovers: later passes delete what is left over
     for i in range(6, 14):
@@ -77,7 +80,7 @@ def test_a_refused_eviction_delete_is_counted_and_the_block_stays_charged_until_
         assert cache.flush(10)
     assert not set(refuse.refused) & set(tier.store)
     _accounted(tier)
-    assert tier.used_bytes <= 4 * blob and cache.stats()["delete_errors"] == 3
+    assert tier.used_bytes <= 4 * blob and cache.stats()["delete_errors"] == 4
     cache.close()
 
 
@@ -195,4 +198,81 @@ def test_a_tenant_erasure_whose_delete_fails_is_unverified_and_a_retry_finishes_
     assert cache.slots[0].tenant_used("a") == 0 and cache.slots[0].tenant_used("b") > 0
     assert len(list((tmp_path / "d").rglob("*.blk"))) == 4  # b's blocks only
     assert cache.slots[0].used() == disk.used_bytes
+    cache.close()
+
+
+class Refusing:
+    """``on_call`` hook: logs the keys of every delete call, in order, and refuses (raises) each call
+    that holds a key of ``bad``."""
+
+    def __init__(self) -> None:
+        self.bad: set[Hashable] = set()
+        self.deletes: list[Hashable] = []
+
+    def __call__(self, name: str, keys: tuple[Hashable, ...]) -> None:
+        if name == "delete":
+            self.deletes += keys
+            if set(keys) & self.bad:
+                raise OSError(5, "Input/output error")
+
+
+def _full_tier(blocks: int) -> tuple[ContextCache, FakeSlowTier, Refusing, int]:
+    """A cache on one slow tier holding exactly ``blocks`` blocks, filled; the tier's oldest first."""
+    probe = ContextCache([FakeSlowTier(1 << 20)], block_size=BS)
+    store(probe, 0)
+    assert probe.flush(10)
+    blob = probe.slots[0].used()
+    hook = Refusing()
+    tier = FakeSlowTier(blocks * blob, on_call=hook, high=1.0, low=1.0)
+    cache = ContextCache([tier], block_size=BS)
+    for i in range(blocks):
+        # One at a time: a write that lands while the next store makes room is counted twice
+        # (by the tier and as queued) until the mover reports it, so that store may find no room.
+        store(cache, i)
+        assert cache.flush(10)
+    assert len(tier.store) == blocks and not hook.deletes
+    return cache, tier, hook, blob
+
+
+def test_the_block_whose_delete_failed_is_the_first_deleted_at_the_next_pass():
+    cache, tier, hook, blob = _full_tier(4)
+    k0 = next(iter(tier.keys()))  # the least recently used: the next victim
+    hook.bad.add(k0)
+    store(cache, 4)  # evicts k0; its delete fails: charged again, and (the policy's only insert) most recent
+    assert cache.flush(10) and hook.deletes == [k0, k0] and cache.stats()["delete_errors"] == 1
+    hook.bad.clear()  # the disk recovers
+    hook.deletes.clear()
+    store(cache, 5)  # the next pass: k0 goes first (before the fix: after every other block of the tier)
+    assert cache.flush(10)
+    assert hook.deletes[0] == k0 and k0 not in tier.store
+    _accounted(tier)
+    assert cache.slots[0].used() <= 4 * blob and cache.stats()["delete_errors"] == 1
+    cache.close()
+
+
+def test_a_tier_that_keeps_refusing_a_block_does_not_stall_passes_on_it():
+    cache, tier, hook, blob = _full_tier(4)
+    k0 = next(iter(tier.keys()))
+    hook.bad.add(k0)  # for good: every delete of k0 fails
+    store(cache, 4)
+    assert cache.flush(10) and cache.slots[0].used() == 5 * blob  # one over: k0 is still stored
+    hook.deletes.clear()
+    store(cache, 5)  # tries k0 first, but makes its room from other blocks as well, and ends
+    assert cache.flush(10)
+    assert hook.deletes[0] == k0 and len(set(hook.deletes) - {k0}) == 2
+    assert cache.slots[0].used() == tier.used_bytes == 4 * blob  # back within capacity, k0 included
+    _accounted(tier)
+    for i in range(6, 9):  # later passes take other blocks: k0 waits for its policy's turn
+        hook.deletes.clear()
+        store(cache, i)
+        assert cache.flush(10)
+        assert k0 not in hook.deletes and len(hook.deletes) == 1
+        assert cache.slots[0].used() == tier.used_bytes == 4 * blob
+    assert cache.stats()["delete_errors"] == 2 and k0 in tier.store
+    hook.bad.clear()  # fixed at last: k0 leaves at its turn (two more passes of LRU order)
+    for i in range(9, 12):
+        store(cache, i)
+        assert cache.flush(10)
+    assert k0 not in tier.store and tier.used_bytes <= 4 * blob
+    _accounted(tier)
     cache.close()

@@ -1,10 +1,12 @@
 """RedisTier's counters add up over a tier's life (errors, reconnects, corrupt reads), deletes on a
-dead server count nothing, and stats say whether the tier talks to a Cluster."""
+dead server raise, and stats say whether the tier talks to a Cluster."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from ctxcache.errors import TierUnavailableError
 from ctxcache.tiers import BlockMeta, RedisTier
 from tests.conftest import free_port
 
@@ -38,15 +40,34 @@ def test_every_corrupt_read_is_counted(redis_factory):
     t.close()
 
 
-def test_deleting_nothing_or_on_a_dead_server_deletes_nothing(redis_factory):
+def test_a_delete_on_a_dead_server_raises_and_a_missing_key_does_not(redis_factory):
+    """A delete that may not have landed raises (the mover then keeps the block charged and
+    counts it); a key that is already gone is a successful delete of nothing."""
     server = redis_factory()
     t = RedisTier(1 << 20, url=server.url, retry_interval=60)
     assert t.wait_ready(5)
     t.put(KEYS[0], b"v", BlockMeta(TOKENS))
-    assert t.delete_many([]) == 0
+    assert t.delete_many([]) == 0 and t.delete_many(KEYS[1:3]) == 0 and t.delete(KEYS[1]) is False
     server.kill()
-    assert t.delete_many(KEYS[:1]) == 0  # the round trip fails: nothing known to be deleted
-    assert not t.healthy and t.delete_many(KEYS[:1]) == 0  # skipped while down
+    with pytest.raises(TierUnavailableError, match="unreachable"):
+        t.delete_many(KEYS[:1])  # the round trip fails (before: 0, as if the key had been missing)
+    assert not t.healthy and KEYS[0] not in t  # no longer charged here: the caller decides
+    with pytest.raises(TierUnavailableError):
+        t.delete(KEYS[0])  # skipped while down
+    assert t.delete_many([]) == 0  # nothing to send: nothing failed
+    t.close()
+
+
+def test_a_delete_the_server_refuses_raises(redis_factory):
+    """A refused command (here an ACL without DEL) leaves the key stored: a failed delete too."""
+    server = redis_factory()
+    server.client().execute_command("ACL", "SETUSER", "nodel", "on", ">pw", "~*", "+@all", "-del")
+    t = RedisTier(1 << 20, url=f"redis://nodel:pw@127.0.0.1:{server.port}/0", prefix="p:", retry_interval=60)
+    assert t.wait_ready(5)
+    t.put(KEYS[0], b"v", BlockMeta(TOKENS))
+    with pytest.raises(TierUnavailableError, match="refused"):
+        t.delete_many(KEYS[:2])  # before: 0, and the key stayed stored
+    assert t.healthy and server.client().exists(b"p:" + KEYS[0])
     t.close()
 
 

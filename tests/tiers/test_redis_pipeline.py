@@ -1,15 +1,19 @@
 """RedisTier round trips: a batch is one pipeline, one command's error spoils only its own
 answer, and in a Cluster a slot that moved to another master is followed after one miss (the
-tier refreshes its topology on a MOVED reply instead of missing on that slot forever)."""
+tier refreshes its topology on a MOVED reply instead of missing on that slot forever). A delete
+that did not land (MOVED, a hung master) raises."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
+from ctxcache.errors import TierUnavailableError
 from ctxcache.tiers import BlockMeta, RedisTier
 
 KEYS = [bytes([i]) * 16 for i in range(40)]
@@ -94,4 +98,40 @@ def test_a_cluster_tier_follows_a_slot_that_moved(moved_slot):
     assert dst.client().get(name) == blob
     got = t.load_many([KEYS[7]], [TOKENS])[0]
     assert got is not None and got.payload == b"moved"
+    t.close()
+
+
+def test_a_cluster_delete_answered_moved_raises_then_lands(moved_slot):
+    """A delete sent to a slot's old owner is answered MOVED and deletes nothing: it must raise
+    (before: 0, the block left stored with nobody charging for it). Retried, it lands."""
+    name, (nodes, slot, src, dst) = moved_slot
+    t = RedisTier(1 << 24, url=nodes[0].url.rsplit("/", 1)[0], cluster=True, prefix="mv:", retry_interval=0.05)
+    assert t.wait_ready()
+    _move_slot(nodes, slot, src, dst)
+    _agreed(nodes, slot, dst)
+    dst.client().set(name, t.codec.encode(b"stays", KEYS[7], TOKENS))  # written by another process
+    with pytest.raises(TierUnavailableError, match="refused"):
+        t.delete_many([KEYS[7]])
+    assert t.healthy and dst.client().exists(name)
+    assert t.delete(KEYS[7]) is True and not dst.client().exists(name)  # topology refreshed
+    t.close()
+
+
+def test_a_cluster_delete_on_a_hung_master_raises(redis_cluster):
+    t = RedisTier(1 << 24, url=redis_cluster[0].url.rsplit("/", 1)[0], cluster=True, prefix="hd:", retry_interval=0.05)
+    assert t.wait_ready()
+    assert t.put_blobs([(k, t.codec.encode(b"v", k, TOKENS)) for k in KEYS]) == [True] * len(KEYS)
+    victim = redis_cluster[1].proc
+    os.kill(victim.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(TierUnavailableError, match="unreachable"):
+            t.delete_many(KEYS)  # before: a count of 0, as if none had been stored
+        assert not t.healthy
+        with pytest.raises(TierUnavailableError):
+            t.delete(KEYS[0])  # skipped while down
+    finally:
+        os.kill(victim.pid, signal.SIGCONT)
+    assert t.wait_ready(5)
+    t.delete_many(KEYS)  # what the hung master held is deleted now (some DELs may have run on resume)
+    assert not any(n.client().keys(b"hd:*") for n in redis_cluster)
     t.close()

@@ -7,10 +7,9 @@ repairs it. Each tier's policy tracks what that tier holds, copies included; per
 also hold orphans, blocks the index does not know (left by an earlier run), which are evicted (or
 written back) like any other block.
 
-Room is made with logical byte counts (``Slot.used``): a tier's own count plus writes queued into
-it minus blocks queued to leave it, so decisions never wait for the mover. Every event goes
-through the tier's ``Slot`` (policy and counters) and the engine's ``Counters``; every method
-runs under the engine's lock.
+Room is made with logical byte counts (``Slot.used``): a tier's own count plus writes queued into it minus blocks
+queued to leave it, so decisions never wait for the mover. Every event goes through the tier's ``Slot`` (policy and
+counters) and the engine's ``Counters``; every method runs under the engine's lock.
 """
 
 from __future__ import annotations
@@ -122,25 +121,27 @@ class Placement:
 
         With tenants, victims come in stages (``Fairness.stages``): blocks of tenants over their
         share first, then best-effort, then SLO blocks; class-0 blocks only once expired.
-        ``only``: a tenant at its quota, which makes room among its own blocks."""
+        ``only``: a tenant at its quota, which makes room among its own blocks. A block whose
+        delete failed goes first (``Slot.victim``), not counted on while others may go: it may fail again."""
         slot, can = self.slots[t], self._can[t]
         # A quota counts the tenant's charges, which change only under the lock; the tier's bytes
         # also drop when the mover's deletes land (outside it), which would end the pass early.
         # Capacity counts ``Slot.used``, which the mover keeps still while its deletes land (it
         # settles a delete's outflow and the tier's charge together, under the lock, beforehand).
         used = slot.used if only is None else (lambda: slot.tenant_used(only))
-        goal = used() - nbytes
+        goal, unsure = used() - nbytes, 0
         stages = [None] if self.fairness is None and only is None else self._stages(t, only)
         for allowed in stages:
             ok = can if allowed is None else (lambda k, a=allowed: a(k) and can(k))
-            while used() > goal:
-                key = slot.victim(ok)
+            while used() > goal - unsure:
+                key, before = slot.victim(ok), used()
                 if key is None:
                     break
                 if not self._leave(t, key, quota=only is not None):
                     slot.admit(key)  # no room below and still needed: it stays
                     return False
                 slot.evicted(key)
+                unsure += before - used() if key in slot.retrying else 0
             if used() <= goal:
                 return True
         return False
@@ -368,8 +369,8 @@ class Placement:
 
     def _moved(self, m: Move) -> None:
         """The mover's report, under the lock. Only failed writes and deletes need anything done."""
-        if m.kept is not None:
-            self._kept(m)
+        if m.src is not None:  # a delete that failed and left the block resident: tried first next time
+            self.slots[m.src].settled(m.key, refused=m.kept is not None and self._kept(m))
         if m.dst is None or m.ok:
             return
         self.c.write_errors += 1
@@ -386,14 +387,14 @@ class Placement:
             self.c.lost += 1
             self.prune(m.key)
 
-    def _kept(self, m: Move) -> None:
-        """A delete from slow tier ``m.src`` raised: the block is still in its storage. Charged
-        again to its owner (as a block found at start), capacity and quota count what storage holds,
-        and a later pass picks it (an orphan, or a copy of a block held lower) and deletes it again.
-        No pass starts here: against a disk that keeps refusing, that would retry in a loop."""
+    def _kept(self, m: Move) -> bool:
+        """A delete from slow tier ``m.src`` raised: the block is still stored. True when it is charged again to its
+        owner (as a block found at start: capacity and quota count what storage holds). No pass starts here."""
         assert m.src is not None
         self.c.delete_errors += 1
         slot = self.slots[m.src]  # not if a newer write of the key here came first; only persistent tiers adopt
         if m.kept and slot.persistent and not slot.holds(m.key):
             slot.tier.adopt(m.key, m.kept)
             slot.admit(m.key, m.kept, m.owner)
+            return True
+        return False

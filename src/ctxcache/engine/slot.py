@@ -68,6 +68,7 @@ class Slot:
     __slots__ = (
         "pos", "tier", "policy", "name", "capacity", "high", "low", "slow", "persistent", "kind",
         "hits", "evictions", "inflow", "outflow", "owners", "by_tenant", "quotas", "owner_of", "_pairs",
+        "retry", "retrying",
     )  # fmt: skip
 
     def __init__(self, pos: int, tier: Tier, policy: Policy) -> None:
@@ -87,6 +88,10 @@ class Slot:
         self.by_tenant: dict[str, int] = {}  # tenant -> bytes it holds here
         self.quotas: dict[str, int] = {}  # tenant -> byte limit here (tenancy sets it; absent: none)
         self.owner_of: Callable[[Hashable], str] = lambda key: ORPHAN  # the engine sets it
+        # Blocks whose delete failed, next victims first (see ``settled``), and those taken from
+        # ``retry`` whose delete has not reported yet.
+        self.retry: dict[Hashable, None] = {}
+        self.retrying: set[Hashable] = set()
 
     @property
     def codec(self) -> Codec | None:
@@ -176,7 +181,29 @@ class Slot:
         return key in self.policy
 
     def victim(self, can_evict: Callable[[Any], bool]) -> Hashable | None:
+        """The next block to leave: a block whose delete failed first (``settled``), then the
+        policy's choice. A failed block still resident but not allowed now keeps its turn."""
+        if self.retry:
+            for key in [k for k in self.retry if k not in self.policy]:
+                del self.retry[key]  # left by another road meanwhile (erased, lost)
+            key = next((k for k in self.retry if can_evict(k)), None)
+            if key is not None:
+                del self.retry[key]
+                self.retrying.add(key)
+                self.policy.on_remove(key)
+                return key
         return self.policy.evict(can_evict)
+
+    def settled(self, key: Hashable, refused: bool) -> None:
+        """The move of ``key`` out of this tier reported. ``refused``: its delete failed and it is
+        resident again (at its policy's MRU end: ``on_insert`` is all a policy offers). It becomes
+        the next victim, so the block that failed to leave is the first to try again; unless this
+        was that retry: then it keeps its policy's place, so a tier that keeps refusing it costs
+        one retry per cycle of its policy, not one per pass."""
+        again = key in self.retrying
+        self.retrying.discard(key)
+        if refused and not again:
+            self.retry[key] = None
 
     def evicted(self, key: Hashable) -> None:
         """A victim left the tier (demoted or evicted): its owner is no longer charged."""

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, TierUnavailableError
 from ..tiers import DiskTier, MemoryTier, RedisTier, Tier
 
 _UNBOUNDED = 1 << 62
@@ -64,7 +64,10 @@ class EntryStore:
         return self.tier.get(key)
 
     def delete(self, key: bytes) -> bool:
-        return self.tier.delete(key)
+        try:
+            return self.tier.delete(key)
+        except TierUnavailableError:  # Redis down: as before it raised, the value stays stored (no retry here)
+            return False
 
     def nbytes(self, key: bytes) -> int:
         return self.tier.nbytes(key)

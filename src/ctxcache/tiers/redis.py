@@ -6,7 +6,7 @@ token bytes, checksums), written with ``SET ... PX ttl`` when a TTL is configure
 pipelined. Every socket wait (connect, each read, each write) is bounded by ``timeout`` (default
 50 ms), and redis-py's own retries are off, so a hung or dead server costs a request at most about
 one timeout. The first connection error marks the tier unhealthy: from then on it answers every
-call at once (misses, refused writes) and a background thread retries the connection every
+call at once (misses, refused writes, deletes that raise) and a background thread retries the connection every
 ``retry_interval`` seconds; a request never fails because Redis is down.
 
 Accounting is local (BlobTier's key -> size index): ``used_bytes`` counts the blocks this process wrote or found and is charging
@@ -324,11 +324,22 @@ class RedisTier(BlobTier):
         return len(blob)
 
     def delete_many(self, keys: Iterable[Hashable]) -> int:
+        """The keys deleted (a key already gone is no failure). The tier stops charging every key,
+        as a disk does; TierUnavailableError when a delete may not have landed (the server was
+        unreachable, or refused it, or a MOVED reply), so the caller can keep charging what may
+        still be stored and try again (the mover: placement counts it in ``delete_errors``)."""
         kbs = [key_bytes(k) for k in keys]
+        if not kbs:
+            return 0
         res = self._pipeline(("delete", (self.prefix + kb,), {}) for kb in kbs)
         for kb in kbs:
             self._charge(kb, None)
-        return sum(r == 1 for r in res) if res else 0
+        if res is None:
+            raise TierUnavailableError(f"redis tier {self.name!r}: delete failed (server unreachable?)")
+        refused = next((r for r in res if isinstance(r, BaseException)), None)
+        if refused is not None:
+            raise TierUnavailableError(f"redis tier {self.name!r}: delete refused: {refused}")
+        return sum(r == 1 for r in res)
 
     def delete(self, key: Hashable) -> bool:
         return self.delete_many([key]) == 1

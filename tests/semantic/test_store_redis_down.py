@@ -1,0 +1,23 @@
+"""The semantic cache on a Redis store that dies: erasing an entry still forgets it (the cache has
+no delete retry; the stored value stays, as before), and never raises out of the cache, though a
+RedisTier delete that cannot land now raises (the KV cache's mover counts and retries those)."""
+
+from __future__ import annotations
+
+from ctxcache.semantic import EntryStore, HashingEmbedder, SemanticCache, SemanticQuery
+
+
+def test_erasing_while_redis_is_down_forgets_the_entry_without_raising(redis_factory):
+    server = redis_factory()
+    store = EntryStore.redis(server.url, prefix="sd:", retry_interval=60)
+    assert store.tier.wait_ready(5)
+    c = SemanticCache(HashingEmbedder(), store, capacity=1 << 20)
+    try:
+        e = c.store(SemanticQuery(text="What is the capital of France?", tenant="t1", model="m"), {"text": "Paris"})
+        assert e is not None
+        server.kill()
+        assert c.erase(e.id)  # before EntryStore caught it: TierUnavailableError out of erase()
+        assert c.get(e.id) is None and c.stats()["entries"] == 0
+        assert store.delete(e.id) is False
+    finally:
+        c.close()
