@@ -17,15 +17,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ctxcache import ContextCache
 from ctxcache.cli import default_trace
 from ctxcache.policies import POLICIES, Policy, make_policy, policy_names
+from ctxcache.sim.engine_replay import engine_hit_tokens
 from ctxcache.sim.simulator import Trace, simulate
-from ctxcache.sim.traces import MOONCAKE_BLOCK, read_mooncake
-from ctxcache.tiers.memory import MemoryTier
+from ctxcache.sim.traces import read_mooncake
 
 RESULTS = Path(__file__).resolve().parent / "results"
-BS = 4
 
 
 class _Clock:
@@ -40,23 +38,6 @@ def _policy(name: str, clock: _Clock, cap: int) -> Policy:
     return make_policy(name, clock=clock, **({"capacity": cap} if POLICIES[name].needs_capacity else {}))
 
 
-def engine_hit_tokens(trace: Trace, name: str, cap: int) -> int:
-    clock = _Clock()
-    cache = ContextCache([MemoryTier(cap, _policy(name, clock, cap), high=1.0, low=1.0)], block_size=BS, clock=clock)
-    hit = 0
-    for r in trace.requests:
-        clock.t = r.time
-        n = len(r.blocks)
-        full = n if r.input_length >= n * MOONCAKE_BLOCK else n - 1
-        tokens = [t for b in r.blocks for t in (b & 0xFFFF, b >> 16, 7, 9)][: full * BS + (full < n)]
-        prompt = cache.prompt(tokens)
-        with cache.lookup(prompt) as m:
-            hit += min(m.n_blocks * MOONCAKE_BLOCK, r.input_length)
-            cache.store(prompt, [b"x"] * (full - m.n_blocks), first_block=m.n_blocks)
-    cache.close()
-    return hit
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=3000)
@@ -67,7 +48,8 @@ def main() -> None:
         for div in (20, 5):
             cap = trace.unique_blocks // div
             sim = simulate(trace, _policy(name, _Clock(), cap), cap).hit_tokens
-            eng = engine_hit_tokens(trace, name, cap)
+            clock = _Clock()
+            eng = engine_hit_tokens(trace, _policy(name, clock, cap), clock, cap)
             rows.append({"policy": name, "capacity": cap, "sim": sim, "engine": eng, "ratio": round(eng / sim, 4)})
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "sim_vs_engine.json").write_text(json.dumps({"requests": args.limit, "rows": rows}, indent=1) + "\n")

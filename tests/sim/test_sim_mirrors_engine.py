@@ -11,37 +11,14 @@ from __future__ import annotations
 
 import pytest
 
-from ctxcache import ContextCache
 from ctxcache.cli import default_trace
 from ctxcache.policies import make_policy
 from ctxcache.policies.lfu import LFU
+from ctxcache.sim.engine_replay import engine_hit_tokens
 from ctxcache.sim.simulator import Trace, simulate
 from ctxcache.sim.traces import MOONCAKE_BLOCK, Request, read_mooncake
-from ctxcache.tiers.memory import MemoryTier
 
 from ..conftest import FakeClock
-
-BS = 4  # engine tokens per block: a trace block id is spread over 4 tokens
-
-
-def _engine_hit_tokens(trace: Trace, name: str, capacity: int) -> int:
-    """Replay ``trace`` through a ContextCache of one memory tier holding ``capacity`` 1-byte
-    blocks (no watermarks), as a server would: lookup, store the rest, release."""
-    clock = FakeClock()
-    tier = MemoryTier(capacity, make_policy(name, clock=clock), high=1.0, low=1.0)
-    cache = ContextCache([tier], block_size=BS, clock=clock)
-    hit = 0
-    for r in trace.requests:
-        clock.t = r.time
-        n = len(r.blocks)
-        full = n if r.input_length >= n * MOONCAKE_BLOCK else n - 1
-        tokens = [t for b in r.blocks for t in (b & 0xFFFF, b >> 16, 7, 9)][: full * BS + (full < n)]
-        prompt = cache.prompt(tokens)
-        with cache.lookup(prompt) as m:
-            hit += min(m.n_blocks * MOONCAKE_BLOCK, r.input_length)
-            cache.store(prompt, [b"x"] * (full - m.n_blocks), first_block=m.n_blocks)
-    cache.close()
-    return hit
 
 
 @pytest.mark.parametrize("name", ["lru", "lirs"])
@@ -49,7 +26,8 @@ def test_the_simulator_and_the_engine_hit_the_same_tokens(name: str) -> None:
     trace = Trace(list(read_mooncake(default_trace(), limit=1500)))
     cap = trace.unique_blocks // 5
     sim = simulate(trace, make_policy(name, clock=FakeClock()), cap)
-    assert sim.hit_tokens == _engine_hit_tokens(trace, name, cap)
+    clock = FakeClock()
+    assert sim.hit_tokens == engine_hit_tokens(trace, make_policy(name, clock=clock), clock, cap)
 
 
 def test_a_request_uses_its_hit_prefix_once() -> None:
