@@ -52,12 +52,16 @@ bench: install redis-server
 
 # The index growing to millions of blocks, today's tree against the one before the sharding
 # (ff0c450), each in its own process (~20 min each), then the LRU order's structures alone
+# (~10 min), the shard rebuilds that share an insert, and a deep lookup's parts, warm and cold
 # (~10 min); run on an idle machine (docs/index-scale.md).
 bench-index: install
 	$(BIN)/python benchmarks/bench_index_growth.py --tree base --max-blocks 10000000 --max-seconds 1700
 	$(BIN)/python benchmarks/bench_index_growth.py --tree new --max-blocks 10000000 --max-seconds 1700
 	$(BIN)/python benchmarks/bench_index_growth.py --combine
 	$(BIN)/python benchmarks/bench_order_shards.py
+	$(BIN)/python benchmarks/bench_resize_stagger.py
+	$(BIN)/python benchmarks/bench_lookup_ab.py --blocks 1500000 > benchmarks/results/lookup_ab.json
+	$(BIN)/python benchmarks/bench_lookup_parts_cold.py --blocks 4000000
 
 # The serving benchmark: 10 sessions x 6 turns against the live server, cache on/off and a
 # block-size sweep (~15 min on 2 cores).
