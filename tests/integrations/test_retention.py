@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 
 import pytest
 import torch
 from transformers import DynamicCache
 
+from ctxcache.errors import TierUnavailableError
 from ctxcache.integrations.compressed import RetentionLM
-from ctxcache.integrations.retained import RetentionSession, nll
+from ctxcache.integrations.retained import Evicted, RetentionSession, nll
 from ctxcache.integrations.retention import RetentionConfig, RetentionConfigError
 from ctxcache.integrations.truncation import naive_prompt, stable_cut, stable_prompt
 from ctxcache.integrations.warm_kv import WarmStore, recall_feed
+from ctxcache.tiers import MemoryTier
 
 from .model_fixture import new_lm, prompt_ids
 
@@ -211,3 +214,19 @@ def test_stable_cut_keeps_its_prefix_and_naive_does_not():
     assert same >= len(prompts) * 0.6
     naive = [naive_prompt(system, turns[:n], 200) for n in range(8, len(turns) + 1)]
     assert all(a[10:40] != b[10:40] for a, b in zip(naive, naive[1:]))
+
+
+def test_take_keeps_the_recall_when_the_tiers_delete_fails():
+    """A remote tier (Redis) raises when a delete may not have landed; the KV was read by then, so
+    the recall goes on and the entry leaves the store (its copy is counted as orphaned)."""
+
+    class Refusing(MemoryTier):
+        def delete(self, key: Hashable) -> bool:
+            raise TierUnavailableError("redis down")
+
+    warm = WarmStore([0], block_size=4, tier=Refusing(1 << 20))
+    k, v = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8)
+    (key,) = warm.put([5, 6, 7, 8], Evicted(torch.tensor([0, 1, 2]), [(k, v)]))
+    pos, layers = warm.take(key)
+    assert pos.tolist() == [0, 1, 2] and torch.equal(layers[0][0], k) and torch.equal(layers[0][1], v)
+    assert not warm.entries and warm.recalls == 1 and warm.orphaned == 1

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import xxhash
 
+from ..errors import TierUnavailableError
 from ..tiers.memory import MemoryTier
 from .retained import Evicted, RetentionSession
 
@@ -68,6 +69,7 @@ class WarmStore:
         self.ns = namespace.encode()
         self.entries: dict[bytes, _Entry] = {}
         self.puts = self.recalls = 0
+        self.orphaned = 0  # taken entries whose delete from the tier failed
 
     def key(self, tokens: Sequence[int], block: int, offsets: np.ndarray) -> bytes:
         end = min(len(tokens), (block + 1) * self.block_size)
@@ -107,7 +109,12 @@ class WarmStore:
 
     def take(self, key: bytes) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         out = self.get(key)
-        self.tier.delete(key)
+        try:
+            self.tier.delete(key)
+        except TierUnavailableError:
+            # The KV is read; a delete a remote tier could not confirm leaves a copy that nothing
+            # refers to any more (its TTL or a flush reclaims it), not a lost recall.
+            self.orphaned += 1
         del self.entries[key]
         self.recalls += 1
         return out
