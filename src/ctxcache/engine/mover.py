@@ -11,9 +11,9 @@ tiers leaves the block in its source tier until the destination has it. Byte acc
 the logical state at once: each slot's ``inflow`` is reserved for writes queued into its tier,
 ``outflow`` for blocks queued to leave it (through ``Slot.reserve``, the slot's own accounting),
 and ``buffered`` is the RAM the queued payloads hold, which the engine bounds (``write_buffer``).
-A reservation is settled when the move reports, except a write's inflow and a delete's outflow:
-settled just before the I/O is sent, together with the tier's charge for the block, so no write
-or delete landing outside the lock moves ``Slot.used``.
+A reservation is settled when the move reports, except a delete's outflow: settled just before
+the delete is sent, with the tier's charge for the block, so no delete landing outside the lock
+moves ``Slot.used``.
 
 A delete that raises (an unlink refused, an I/O error) leaves its block in storage: the move
 carries the bytes the tier stopped charging for (``kept``) back to placement, which charges them
@@ -167,8 +167,6 @@ class Mover:
                 if blob is not None:
                     items.append((m.key, blob))
                     movers.append(m)
-            if items:
-                self._settle_inflow(self.slots[head.dst], movers, items)
             for m, good in zip(movers, dst.put_blobs(items) if items else []):
                 m.ok = good
         else:
@@ -216,24 +214,6 @@ class Mover:
                 src.tier.forget(m.key)  # bookkeeping only: the delete that follows does the I/O
                 m.release = 0  # settled: the report has nothing left to settle
         return sizes
-
-    def _settle_inflow(self, dst: Slot, movers: list[Move], items: list[tuple[Hashable, bytes]]) -> None:
-        """Under the lock, before the writes are sent: have the tier charge each new block and settle
-        its inflow, together (the twin of ``_settle_release``).
-
-        Left to the write (outside the lock) and to the report, the tier's bytes grew first and
-        ``Slot.used`` counted the block twice meanwhile: a store then was refused, or evicted a
-        block too many. The write's own charge is then a no-op (same key, same size), and a write
-        that fails is forgotten by placement's report. A key the tier holds already (a rewrite),
-        or a tier that cannot adopt, keeps the old way: its charge must not change before the I/O."""
-        if not dst.persistent:
-            return
-        with self.lock:
-            for m, (key, blob) in zip(movers, items):
-                if dst.tier.nbytes(key) == 0:
-                    dst.tier.adopt(key, memoryview(blob).nbytes)
-                    dst.reserve(-m.reserve, 0)
-                    m.reserve = 0  # settled: the report has nothing left to settle
 
     @staticmethod
     def _blob(m: Move, dst: Tier, src: Tier | None) -> bytes | None:
