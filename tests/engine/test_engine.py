@@ -100,9 +100,10 @@ def test_a_dead_slow_tier_costs_hits_not_requests():
         (r"\bc(ounters)?\.(lookups|hits|misses|hit_tokens|lookup_tokens)\s*\+=", "engine/lookup.py"),
         (r"\bc(ounters)?\.(stores|stored_blocks|collisions|rejected|repaired)\s*\+=", "engine/store.py"),
         (
-            r"\bc\.(evictions|demotions|demotions_skipped|promotions|discovered|lost|write_errors|delete_errors)\s*\+=",
+            r"\bc\.(evictions|demotions|demotions_skipped|promotions|lost|write_errors|delete_errors)\s*\+=",
             "engine/placement.py",
         ),
+        (r"\bc(ounters)?\.discovered\s*\+=", "engine/discovery.py"),
         (r"\bc(ounters)?\.(throttled_waits|throttled_recomputes)\s*\+=", "engine/lookup.py"),  # tenancy
         (r"\bc(ounters)?\.(expired|erased)\s*\+=", "engine/erasure.py"),
         (r"\b(by_tenant|owners)\[[^\]]*\]\s*=|\b(by_tenant|owners)\.pop\(", "engine/slot.py"),

@@ -21,6 +21,7 @@ from ..codec import Block
 from ..index import Node
 from ..keys import Namespace, Prompt
 from ..usage import Usage
+from . import discovery as _discovery
 from .placement import LOST
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ def lookup(e: Engine, prompt: Prompt) -> Match:
     bucket = e.buckets.get(prompt.namespace.tenant) if discover else None
     if bucket is not None:
         discover = throttle_discovery(e, bucket)
-    found = e.placement.discover(prompt, cut) if discover else []
+    found = _discovery.discover(e.placement, prompt, cut) if discover else []
     if bucket is not None and found:
         bucket.charge(sum(block.nbytes for _, block in found))
     with e.lock:
@@ -232,7 +233,7 @@ def resolve(
         if payloads[i] is None:
             pl.lose(nodes[i], src[i])
     del nodes[cut:], payloads[cut:], src[cut:]
-    for node, payload, t in pl.attach(found, nodes[-1].key if nodes else ns.root, len(nodes), ns.tenant):
+    for node, payload, t in _discovery.attach(pl, found, nodes[-1].key if nodes else ns.root, len(nodes), ns.tenant):
         pinned.append(node)
         nodes.append(node)
         payloads.append(payload)

@@ -7,28 +7,27 @@ repairs it. Each tier's policy tracks what that tier holds, copies included; per
 also hold orphans, blocks the index does not know (left by an earlier run), which are evicted (or
 written back) like any other block.
 
-Room is made with logical byte counts (``Slot.used``): a tier's own count plus writes queued into it minus blocks
-queued to leave it, so decisions never wait for the mover. Every event goes through the tier's ``Slot`` (policy and
-counters) and the engine's ``Counters``; every method runs under the engine's lock.
+Room is made with logical byte counts (``Slot.used``): a tier's own count plus writes queued into
+it minus blocks queued to leave it, so decisions never wait for the mover. Every event goes
+through the tier's ``Slot`` (policy and counters) and the engine's ``Counters``; every method
+runs under the engine's lock. Blocks persistent tiers hold that the index does not know are found
+and indexed by ``discovery``.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from ..codec import Block
 from ..errors import PayloadError
 from ..index import Node, RadixIndex
-from ..keys import Prompt
 from ..tiers import NO_META, BlockMeta
 from .fairness import Fairness
 from .mover import Move, Mover
 from .slot import Counters, Slot
 
 LOST = -1
-DISCOVER_BATCH = 32  # blocks probed per round trip when looking for blocks the index lacks
 
 
 def meta_of(node: Node) -> BlockMeta:
@@ -285,66 +284,6 @@ class Placement:
             self.slots[t].drop(node.key)
         self.c.promotions += 1
 
-    # --- blocks the index does not know ------------------------------------------------------------
-    def discover(self, prompt: Prompt, start: int) -> list[tuple[int, Block]]:
-        """Lock released: blocks ``start``.. that persistent tiers hold but the index does not know
-        (written before a restart, or by another process). Keys come from the request's prompt
-        (hashed once per request); each tier's filter skips sure misses without I/O; each block's
-        stored tokens must match."""
-        keys = prompt.keys()[start:]
-        blocks = [prompt.block(i) for i in range(prompt.n_blocks)]
-        tiers = [t for t in self.persistent if self.tiers[t].healthy]
-        out: list[tuple[int, Block]] = []
-        for b0 in range(0, len(keys), DISCOVER_BATCH):
-            ks = keys[b0 : b0 + DISCOVER_BATCH]
-            toks = blocks[start + b0 : start + b0 + len(ks)]
-            maybe = {t: self.tiers[t].might_contain_many(ks) for t in tiers}
-            # Past the first block no tier may hold, nothing can extend the prefix.
-            limit = next((j for j in range(len(ks)) if not any(m[j] for m in maybe.values())), len(ks))
-            got: list[tuple[int, Block] | None] = [None] * limit
-            for t in tiers:  # fastest first; a false positive falls through to the next tier
-                ask = [j for j in range(limit) if got[j] is None and maybe[t][j]]
-                if not ask:
-                    continue
-                for j, block in zip(ask, self.tiers[t].load_many([ks[j] for j in ask], [toks[j] for j in ask])):
-                    if block is not None:
-                        got[j] = (t, block)
-            run = next((j for j, g in enumerate(got) if g is None), limit)
-            out.extend(g for g in got[:run] if g is not None)
-            if run < len(ks):
-                break
-        return out
-
-    def attach(
-        self, found: list[tuple[int, Block]], parent: Hashable, depth: int, tag: Any
-    ) -> Iterator[tuple[Node, Any, int]]:
-        """Under the lock: index discovered blocks under ``parent`` (pinned by the caller), pin
-        each, and yield (node, payload, tier). Stops where the chain no longer fits."""
-        for t, block in found:
-            key = block.key
-            m = self.mover.pending.get(key)
-            if m is not None and m.dst is None and m.src == t:
-                return  # being deleted from that tier
-            node = self.index.get(key)
-            if node is not None and node.tokens != block.tokens:
-                return
-            here = node is None or node.tier in (t, LOST)  # served from tier t from now on
-            charge = here and not self.slots[t].holds(key)
-            tenant = tag if isinstance(tag, str) else None
-            if charge and not self.room(t, block.nbytes, tenant):
-                return  # charged like a block placed there: within the tenant's quota and the capacity
-            if node is None:
-                node = self.index.insert(key, parent, block.tokens, depth, tag=tag)
-            if here:
-                node.tier = t
-            if charge:
-                self.slots[t].admit(key, block.nbytes, tenant)
-                self.tiers[t].adopt(key, block.nbytes)
-            self.index.pin([node])
-            self.c.discovered += 1
-            yield node, block.payload, t
-            parent, depth = key, depth + 1
-
     # --- losses --------------------------------------------------------------------------------------
     def lose(self, node: Node, t: int) -> None:
         """A load of ``node`` from tier ``t`` failed (missing, corrupt, unreachable)."""
@@ -388,8 +327,9 @@ class Placement:
             self.prune(m.key)
 
     def _kept(self, m: Move) -> bool:
-        """A delete from slow tier ``m.src`` raised: the block is still stored. True when it is charged again to its
-        owner (as a block found at start: capacity and quota count what storage holds). No pass starts here."""
+        """A delete from slow tier ``m.src`` raised: the block is still stored. True when it is
+        charged again to its owner (as a block found at start: capacity and quota count what
+        storage holds). No pass starts here."""
         assert m.src is not None
         self.c.delete_errors += 1
         slot = self.slots[m.src]  # not if a newer write of the key here came first; only persistent tiers adopt

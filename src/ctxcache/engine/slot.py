@@ -31,8 +31,8 @@ MAX_PAIRS = 4096  # distinct (tenant, bytes) charges shared between blocks (see 
 @dataclass(slots=True)
 class Counters:
     """The engine's event counters, by owner: the lookup (``lookups`` .. ``lookup_tokens``), the
-    store (``stores`` .. ``rejected``) and placement (``evictions`` .. ``delete_errors``). Each
-    field is changed by exactly one of them."""
+    store (``stores`` .. ``rejected``) and placement (``evictions`` .. ``delete_errors``, but
+    ``discovered``: discovery's). Each field is changed by exactly one of them."""
 
     lookups: int = 0
     stores: int = 0

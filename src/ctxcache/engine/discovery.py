@@ -1,0 +1,77 @@
+"""Blocks that persistent tiers hold but the index does not know (written before a restart, or by
+another process): found for a request's prompt with the lock released (``discover``), then
+indexed and charged under it (``attach``), as a lookup does when its prefix ends early.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator
+from typing import Any
+
+from ..codec import Block
+from ..index import Node
+from ..keys import Prompt
+from .placement import LOST, Placement
+
+DISCOVER_BATCH = 32  # blocks probed per round trip when looking for blocks the index lacks
+
+
+def discover(pl: Placement, prompt: Prompt, start: int) -> list[tuple[int, Block]]:
+    """Lock released: blocks ``start``.. that persistent tiers hold but the index does not know
+    (written before a restart, or by another process). Keys come from the request's prompt
+    (hashed once per request); each tier's filter skips sure misses without I/O; each block's
+    stored tokens must match."""
+    keys = prompt.keys()[start:]
+    blocks = [prompt.block(i) for i in range(prompt.n_blocks)]
+    tiers = [t for t in pl.persistent if pl.tiers[t].healthy]
+    out: list[tuple[int, Block]] = []
+    for b0 in range(0, len(keys), DISCOVER_BATCH):
+        ks = keys[b0 : b0 + DISCOVER_BATCH]
+        toks = blocks[start + b0 : start + b0 + len(ks)]
+        maybe = {t: pl.tiers[t].might_contain_many(ks) for t in tiers}
+        # Past the first block no tier may hold, nothing can extend the prefix.
+        limit = next((j for j in range(len(ks)) if not any(m[j] for m in maybe.values())), len(ks))
+        got: list[tuple[int, Block] | None] = [None] * limit
+        for t in tiers:  # fastest first; a false positive falls through to the next tier
+            ask = [j for j in range(limit) if got[j] is None and maybe[t][j]]
+            if not ask:
+                continue
+            for j, block in zip(ask, pl.tiers[t].load_many([ks[j] for j in ask], [toks[j] for j in ask])):
+                if block is not None:
+                    got[j] = (t, block)
+        run = next((j for j, g in enumerate(got) if g is None), limit)
+        out.extend(g for g in got[:run] if g is not None)
+        if run < len(ks):
+            break
+    return out
+
+
+def attach(
+    pl: Placement, found: list[tuple[int, Block]], parent: Hashable, depth: int, tag: Any
+) -> Iterator[tuple[Node, Any, int]]:
+    """Under the lock: index discovered blocks under ``parent`` (pinned by the caller), pin
+    each, and yield (node, payload, tier). Stops where the chain no longer fits."""
+    for t, block in found:
+        key = block.key
+        m = pl.mover.pending.get(key)
+        if m is not None and m.dst is None and m.src == t:
+            return  # being deleted from that tier
+        node = pl.index.get(key)
+        if node is not None and node.tokens != block.tokens:
+            return
+        here = node is None or node.tier in (t, LOST)  # served from tier t from now on
+        charge = here and not pl.slots[t].holds(key)
+        tenant = tag if isinstance(tag, str) else None
+        if charge and not pl.room(t, block.nbytes, tenant):
+            return  # charged like a block placed there: within the tenant's quota and the capacity
+        if node is None:
+            node = pl.index.insert(key, parent, block.tokens, depth, tag=tag)
+        if here:
+            node.tier = t
+        if charge:
+            pl.slots[t].admit(key, block.nbytes, tenant)
+            pl.tiers[t].adopt(key, block.nbytes)
+        pl.index.pin([node])
+        pl.c.discovered += 1
+        yield node, block.payload, t
+        parent, depth = key, depth + 1
