@@ -66,7 +66,9 @@ class EntryStore:
     def delete(self, key: bytes) -> bool:
         try:
             return self.tier.delete(key)
-        except TierUnavailableError:  # Redis down: as before it raised, the value stays stored (no retry here)
+        except TierUnavailableError:
+            # Redis down: the entry stays stored and nothing here retries it; the caller sees
+            # False, as it did before Redis deletes raised.
             return False
 
     def nbytes(self, key: bytes) -> int:
