@@ -130,6 +130,15 @@ def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
         server.stop()
 
 
+def wait_cluster_ok(nodes: list[RedisServer], timeout: float = 10.0) -> None:
+    """Until every node reports ``cluster_state:ok`` (after a master was paused past the node timeout)."""
+    deadline = time.monotonic() + timeout
+    while not all(b"cluster_state:ok" in n.client().execute_command("CLUSTER", "INFO") for n in nodes):
+        if time.monotonic() > deadline:
+            raise RuntimeError("redis cluster did not converge")
+        time.sleep(0.05)
+
+
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RedisServer]]:
     """A 3-master Redis Cluster (no replicas), slots split evenly."""

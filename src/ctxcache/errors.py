@@ -6,6 +6,8 @@ catch the built-ins keep working while ``except CtxCacheError`` still catches ev
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
+
 
 class CtxCacheError(Exception):
     """Base class of all ctxcache errors."""
@@ -57,6 +59,18 @@ class MissingDependencyError(ConfigError, ImportError):
 
 class TierUnavailableError(CtxCacheError, RuntimeError):
     """A slow tier's backend could not be reached; the operation was skipped, not retried."""
+
+
+class DeleteFailedError(TierUnavailableError):
+    """A batch delete did not land for ``failed`` (the caller's keys, some or all of the batch: a
+    Redis Cluster master down, the server unreachable, a refused command). Those may still be
+    stored and stay charged by the tier; every other key was deleted and is no longer charged
+    (``deleted`` of them were there). A caller retries ``failed`` only."""
+
+    def __init__(self, message: str, failed: Sequence[Hashable] = (), deleted: int = 0) -> None:
+        super().__init__(message)
+        self.failed: tuple[Hashable, ...] = tuple(failed)
+        self.deleted = deleted
 
 
 class SemanticInputError(CtxCacheError, ValueError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ctxcache.errors import TierUnavailableError
+from ctxcache.errors import DeleteFailedError, TierUnavailableError
 from ctxcache.tiers import BlockMeta, RedisTier
 from tests.conftest import free_port
 
@@ -49,11 +49,13 @@ def test_a_delete_on_a_dead_server_raises_and_a_missing_key_does_not(redis_facto
     t.put(KEYS[0], b"v", BlockMeta(TOKENS))
     assert t.delete_many([]) == 0 and t.delete_many(KEYS[1:3]) == 0 and t.delete(KEYS[1]) is False
     server.kill()
-    with pytest.raises(TierUnavailableError, match="unreachable"):
+    with pytest.raises(DeleteFailedError, match="unreachable") as err:
         t.delete_many(KEYS[:1])  # the round trip fails (before: 0, as if the key had been missing)
-    assert not t.healthy and KEYS[0] not in t  # no longer charged here: the caller decides
+    assert err.value.failed == (KEYS[0],) and err.value.deleted == 0
+    assert not t.healthy and KEYS[0] in t  # may still be stored: still charged, the caller retries it
     with pytest.raises(TierUnavailableError):
         t.delete(KEYS[0])  # skipped while down
+    assert KEYS[0] in t
     assert t.delete_many([]) == 0  # nothing to send: nothing failed
     t.close()
 

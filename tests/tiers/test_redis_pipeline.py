@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from ctxcache.errors import TierUnavailableError
+from ctxcache.errors import DeleteFailedError, TierUnavailableError
 from ctxcache.tiers import BlockMeta, RedisTier
 
 KEYS = [bytes([i]) * 16 for i in range(40)]
@@ -114,6 +114,27 @@ def test_a_cluster_delete_answered_moved_raises_then_lands(moved_slot):
         t.delete_many([KEYS[7]])
     assert t.healthy and dst.client().exists(name)
     assert t.delete(KEYS[7]) is True and not dst.client().exists(name)  # topology refreshed
+    t.close()
+
+
+def test_a_moved_reply_in_a_cluster_batch_fails_only_its_key(moved_slot):
+    """Only the key whose master answered MOVED is named failed and stays charged; the batch's
+    other deletes landed and are uncharged (before: the whole batch raised, none uncharged)."""
+    name, (nodes, slot, src, dst) = moved_slot
+    t = RedisTier(1 << 24, url=nodes[0].url.rsplit("/", 1)[0], cluster=True, prefix="mv:", retry_interval=0.05)
+    assert t.wait_ready()
+    others = [k for k in KEYS[:12] if k != KEYS[7]]
+    assert t.put_blobs([(k, t.codec.encode(b"v", k, TOKENS)) for k in others]) == [True] * 11
+    _move_slot(nodes, slot, src, dst)
+    _agreed(nodes, slot, dst)
+    blob = t.codec.encode(b"v", KEYS[7], TOKENS)
+    dst.client().set(name, blob)  # written by another process, found and adopted here
+    t.adopt(KEYS[7], len(blob))
+    with pytest.raises(DeleteFailedError, match="refused") as err:
+        t.delete_many(KEYS[:12])
+    assert err.value.failed == (KEYS[7],) and err.value.deleted == 11
+    assert list(t.keys()) == [KEYS[7]] and t.used_bytes == len(blob) and t.healthy  # noqa: SIM118 (a Tier method)
+    assert [k for n in nodes for k in n.client().keys(b"mv:*")] == [name]  # only it is still stored
     t.close()
 
 

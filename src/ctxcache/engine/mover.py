@@ -15,9 +15,11 @@ A reservation is settled when the move reports, except a delete's outflow: settl
 the delete is sent, with the tier's charge for the block, so no delete landing outside the lock
 moves ``Slot.used``.
 
-A delete that raises (an unlink refused, an I/O error) leaves its block in storage: the move
-carries the bytes the tier stopped charging for (``kept``) back to placement, which charges them
-again and counts the failure; a write that landed is never taken back for its source's delete.
+A delete that raises (an unlink refused, an I/O error, a Redis Cluster master down) leaves its
+block in storage: the move carries the bytes the tier stopped charging for (``kept``) back to
+placement, which charges them again and counts the failure; a write that landed is never taken
+back for its source's delete. When a tier names the keys of a batch that failed
+(``DeleteFailedError``), only those are kept: the others' deletes landed.
 
 All fields are guarded by the engine's lock (``lock``), which the mover shares.
 """
@@ -31,6 +33,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import DeleteFailedError
 from ..tiers import BlockMeta, Tier
 from ..tiers.base import key_bytes
 from .slot import Slot
@@ -184,10 +187,18 @@ class Mover:
     def _delete(tier: Tier, gone: list[Move], sizes: list[int]) -> None:
         """Delete the batch's blocks from ``tier``; a block whose delete raises gets ``kept``.
 
-        When the batch's call raises, each key is tried once more on its own: the call may have
-        stopped at its first failure, and deleting again what it did delete is a no-op."""
+        A tier that names the deletes that failed (DeleteFailedError: a Redis Cluster with one
+        master down) is taken at its word: only those are kept, the rest landed. When the call
+        raises anything else, each key is tried once more on its own: the call may have stopped at
+        its first failure, and deleting again what it did delete is a no-op."""
         try:
             tier.delete_many([m.key for m in gone])
+            return
+        except DeleteFailedError as exc:
+            failed = set(exc.failed)
+            for m, size in zip(gone, sizes):
+                if m.key in failed:
+                    m.kept = size
             return
         except Exception:  # noqa: BLE001 - a failing backend must not fail the batch's other deletes
             pass

@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..codec import Block, header_length, read_header
-from ..errors import ConfigError, CorruptBlockError, MissingDependencyError, TierUnavailableError
+from ..errors import ConfigError, CorruptBlockError, DeleteFailedError, MissingDependencyError, TierUnavailableError
 from ..units import parse_duration
 from .base import key_bytes
 from .blob import BlobTier
@@ -52,6 +52,7 @@ except ImportError:  # reported when a redis tier is configured; the rest of ctx
 
 SCAN_BATCH = 256  # keys whose headers are read in one pipeline
 HEAD_GUESS = 4096  # bytes read first from each blob: the whole header of typical blocks
+_Op = tuple[str, tuple[Any, ...], dict[str, Any]]  # a command: name, args, kwargs
 
 
 class RedisTier(BlobTier):
@@ -230,8 +231,9 @@ class RedisTier(BlobTier):
         return self._healthy
 
     # --- round trips -------------------------------------------------------------------------------
-    def _pipeline(self, ops: Iterable[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> list[Any] | None:
-        """Run commands in one pipeline; None (and unhealthy) when the server cannot be reached."""
+    def _pipeline(self, ops: Iterable[_Op], partial: bool = False) -> list[Any] | None:
+        """Run commands in one pipeline; None (and unhealthy) when the server cannot be reached.
+        ``partial`` (a Cluster): a failed master's commands answer its error, the others' stand."""
         if not self._healthy:
             return None
         client, todo = self._client, list(ops)
@@ -240,26 +242,41 @@ class RedisTier(BlobTier):
         try:
             if not self.cluster:
                 return self._run_pipeline(client, todo)
-            # One plain pipeline per primary: redis-py's cluster pipeline re-sends failed commands
-            # one at a time, which would multiply the timeout; a MOVED reply is a miss here, and
-            # the topology is refreshed once.
-            groups: dict[str, tuple[Any, list[int]]] = {}
-            for i, (_, args, _) in enumerate(todo):
-                node = client.get_node_from_key(args[0])
-                groups.setdefault(node.name, (node, []))[1].append(i)
-            out: list[Any] = [None] * len(todo)
-            for node, idxs in groups.values():
-                res = self._run_pipeline(client.get_redis_connection(node), [todo[i] for i in idxs])
-                for i, r in zip(idxs, res):
-                    out[i] = r
-            if any(isinstance(r, _REDIRECT) for r in out):
-                client.nodes_manager.initialize()
-            return out
+            return self._run_cluster(client, todo, partial)
         except Exception as exc:  # noqa: BLE001 - redis-py and socket errors alike
             self._fail(exc)
             return None
 
-    def _run_pipeline(self, client: Any, ops: list[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
+    def _run_cluster(self, client: Any, todo: list[_Op], partial: bool) -> list[Any]:
+        """One plain pipeline per primary: redis-py's cluster pipeline re-sends failed commands one at
+        a time, which would multiply the timeout; a MOVED reply is a miss, and the topology is refreshed
+        once. The first master that fails ends the call (a request waits one timeout at most), unless
+        ``partial``: then every master is tried (the mover's deletes: one master down frees the rest)."""
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        for i, (_, args, _) in enumerate(todo):
+            node = client.get_node_from_key(args[0])
+            groups.setdefault(node.name, (node, []))[1].append(i)
+        out: list[Any] = [None] * len(todo)
+        down: Exception | None = None
+        for node, idxs in groups.values():
+            try:
+                res = self._run_pipeline(client.get_redis_connection(node), [todo[i] for i in idxs])
+            except Exception as exc:  # noqa: BLE001 - this master's commands failed, not the others'
+                if not partial:
+                    raise
+                down, res = down or exc, [exc] * len(idxs)
+            for i, r in zip(idxs, res):
+                out[i] = r
+        try:
+            if any(isinstance(r, _REDIRECT) for r in out):
+                client.nodes_manager.initialize()
+        except Exception as exc:  # noqa: BLE001 - the answers stand; the tier reconnects
+            down = down or exc
+        if down is not None:
+            self._fail(down)
+        return out
+
+    def _run_pipeline(self, client: Any, ops: list[_Op]) -> list[Any]:
         self.round_trips += 1
         pipe = client.pipeline(transaction=False)
         for name, args, kwargs in ops:
@@ -324,22 +341,29 @@ class RedisTier(BlobTier):
         return len(blob)
 
     def delete_many(self, keys: Iterable[Hashable]) -> int:
-        """The keys deleted (a key already gone is no failure). The tier stops charging every key,
-        as a disk does; TierUnavailableError when a delete may not have landed (the server was
-        unreachable, or refused it, or a MOVED reply), so the caller can keep charging what may
-        still be stored and try again (the mover: placement counts it in ``delete_errors``)."""
+        """The keys deleted (a key already gone is no failure). The tier stops charging each key whose
+        delete landed; DeleteFailedError names the keys whose delete may not have landed (their server
+        or Cluster master unreachable, a refused command, a MOVED reply): they stay charged and the
+        caller retries only them (the mover: placement counts each in ``delete_errors``)."""
+        keys = list(keys)
         kbs = [key_bytes(k) for k in keys]
         if not kbs:
             return 0
-        res = self._pipeline(("delete", (self.prefix + kb,), {}) for kb in kbs)
-        for kb in kbs:
-            self._charge(kb, None)
-        if res is None:
-            raise TierUnavailableError(f"redis tier {self.name!r}: delete failed (server unreachable?)")
-        refused = next((r for r in res if isinstance(r, BaseException)), None)
-        if refused is not None:
-            raise TierUnavailableError(f"redis tier {self.name!r}: delete refused: {refused}")
-        return sum(r == 1 for r in res)
+        res = self._pipeline((("delete", (self.prefix + kb,), {}) for kb in kbs), partial=True)
+        failed: list[Hashable] = []
+        deleted, why = 0, "server unreachable?"
+        for key, kb, r in zip(keys, kbs, res if res is not None else [None] * len(kbs)):
+            if isinstance(r, int):
+                self._charge(kb, None)
+                deleted += r == 1
+                continue
+            if isinstance(r, BaseException) and not failed:
+                why = f"unreachable: {r}" if isinstance(r, _DOWN) else f"refused: {r}"
+            failed.append(key)
+        if failed:
+            msg = f"redis tier {self.name!r}: {len(failed)} of {len(kbs)} deletes failed ({why})"
+            raise DeleteFailedError(msg, failed, deleted)
+        return deleted
 
     def delete(self, key: Hashable) -> bool:
         return self.delete_many([key]) == 1
