@@ -105,7 +105,8 @@ class Placement:
         excess leaves now, by the road a store's excess takes (the policy picks, oldest first as
         learned at start; a lower tier takes what it has room for; the rest is evicted, counted
         as quota evictions), not at the tenant's next write here: a tenant that only reads would
-        hold more than its quota, which is a promise to the other tenants, for as long as it ran."""
+        hold more than its quota, which is a promise to the other tenants, for as long as it ran.
+        Also run when a retried delete is refused again (``_moved``): the block is charged again."""
         slot = self.slots[t]
         for tenant, quota in slot.quotas.items():
             over = slot.tenant_used(tenant) - quota
@@ -121,26 +122,26 @@ class Placement:
         With tenants, victims come in stages (``Fairness.stages``): blocks of tenants over their
         share first, then best-effort, then SLO blocks; class-0 blocks only once expired.
         ``only``: a tenant at its quota, which makes room among its own blocks. A block whose
-        delete failed goes first (``Slot.victim``), not counted on while others may go: it may fail again."""
+        delete failed goes first (``Slot.victim``) and its bytes count as freed, as any victim's:
+        should it fail again, its report frees them from other victims (``_moved``)."""
         slot, can = self.slots[t], self._can[t]
         # A quota counts the tenant's charges, which change only under the lock; the tier's bytes
         # also drop when the mover's deletes land (outside it), which would end the pass early.
         # Capacity counts ``Slot.used``, which the mover keeps still while its deletes land (it
         # settles a delete's outflow and the tier's charge together, under the lock, beforehand).
         used = slot.used if only is None else (lambda: slot.tenant_used(only))
-        goal, unsure = used() - nbytes, 0
+        goal = used() - nbytes
         stages = [None] if self.fairness is None and only is None else self._stages(t, only)
         for allowed in stages:
             ok = can if allowed is None else (lambda k, a=allowed: a(k) and can(k))
-            while used() > goal - unsure:
-                key, before = slot.victim(ok), used()
+            while used() > goal:
+                key = slot.victim(ok)
                 if key is None:
                     break
                 if not self._leave(t, key, quota=only is not None):
                     slot.admit(key)  # no room below and still needed: it stays
                     return False
                 slot.evicted(key)
-                unsure += before - used() if key in slot.retrying else 0
             if used() <= goal:
                 return True
         return False
@@ -309,7 +310,10 @@ class Placement:
     def _moved(self, m: Move) -> None:
         """The mover's report, under the lock. Only failed writes and deletes need anything done."""
         if m.src is not None:  # a delete that failed and left the block resident: tried first next time
-            self.slots[m.src].settled(m.key, refused=m.kept is not None and self._kept(m))
+            if self.slots[m.src].settled(m.key, refused=m.kept is not None and self._kept(m)):
+                # A retry refused again: the pass that took it counted its bytes as freed. Once
+                # per retry (refused again, it is no retry), so a tier that keeps refusing ends.
+                self.trim(m.src)
         if m.dst is None or m.ok:
             return
         self.c.write_errors += 1
