@@ -105,8 +105,7 @@ class Placement:
         excess leaves now, by the road a store's excess takes (the policy picks, oldest first as
         learned at start; a lower tier takes what it has room for; the rest is evicted, counted
         as quota evictions), not at the tenant's next write here: a tenant that only reads would
-        hold more than its quota, which is a promise to the other tenants, for as long as it ran.
-        Also run when a retried delete is refused again (``_moved``): the block is charged again."""
+        hold more than its quota, which is a promise to the other tenants, for as long as it ran."""
         slot = self.slots[t]
         for tenant, quota in slot.quotas.items():
             over = slot.tenant_used(tenant) - quota
@@ -309,11 +308,9 @@ class Placement:
 
     def _moved(self, m: Move) -> None:
         """The mover's report, under the lock. Only failed writes and deletes need anything done."""
-        if m.src is not None:  # a delete that failed and left the block resident: tried first next time
-            if self.slots[m.src].settled(m.key, refused=m.kept is not None and self._kept(m)):
-                # A retry refused again: the pass that took it counted its bytes as freed. Once
-                # per retry (refused again, it is no retry), so a tier that keeps refusing ends.
-                self.trim(m.src)
+        # A delete that failed and left the block resident: tried first next time; failed again: see _refused_again.
+        if m.src is not None and self.slots[m.src].settled(m.key, refused=m.kept is not None and self._kept(m)):
+            self._refused_again(m.src, m.key, m.kept or 0)
         if m.dst is None or m.ok:
             return
         self.c.write_errors += 1
@@ -329,6 +326,20 @@ class Placement:
             node.tier = LOST
             self.c.lost += 1
             self.prune(m.key)
+
+    def _refused_again(self, t: int, key: Hashable, nbytes: int) -> None:
+        """A retried delete from tier ``t`` was refused again: the pass that took it counted its
+        ``nbytes`` as freed. They are freed now from other victims, as far as the block's owner's
+        quota and the tier's capacity need them (not more: excess other refusals left is the next
+        pass's). Once per retry (refused again, the block is no retry: it waits for its policy's
+        turn), so a tier that keeps refusing ends."""
+        slot = self.slots[t]
+        owner = slot.owner(key)
+        quota = slot.quotas.get(owner) if owner is not None else None
+        if owner is not None and quota is not None and slot.tenant_used(owner) > quota:
+            self.make_room(t, min(nbytes, slot.tenant_used(owner) - quota), only=owner)
+        if slot.used() > slot.capacity:
+            self.make_room(t, min(nbytes, slot.used() - slot.capacity))
 
     def _kept(self, m: Move) -> bool:
         """A delete from slow tier ``m.src`` raised: the block is still stored. True when it is
