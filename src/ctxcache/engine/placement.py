@@ -121,26 +121,26 @@ class Placement:
         With tenants, victims come in stages (``Fairness.stages``): blocks of tenants over their
         share first, then best-effort, then SLO blocks; class-0 blocks only once expired.
         ``only``: a tenant at its quota, which makes room among its own blocks. A block whose
-        delete failed goes first (``Slot.victim``), not counted on while others may go: it may fail again."""
+        delete failed goes first (``Slot.victim``) and its bytes count as freed, as any victim's:
+        should it fail again, its report frees them from other victims (``_moved``)."""
         slot, can = self.slots[t], self._can[t]
         # A quota counts the tenant's charges, which change only under the lock; the tier's bytes
         # also drop when the mover's deletes land (outside it), which would end the pass early.
         # Capacity counts ``Slot.used``, which the mover keeps still while its deletes land (it
         # settles a delete's outflow and the tier's charge together, under the lock, beforehand).
         used = slot.used if only is None else (lambda: slot.tenant_used(only))
-        goal, unsure = used() - nbytes, 0
+        goal = used() - nbytes
         stages = [None] if self.fairness is None and only is None else self._stages(t, only)
         for allowed in stages:
             ok = can if allowed is None else (lambda k, a=allowed: a(k) and can(k))
-            while used() > goal - unsure:
-                key, before = slot.victim(ok), used()
+            while used() > goal:
+                key = slot.victim(ok)
                 if key is None:
                     break
                 if not self._leave(t, key, quota=only is not None):
                     slot.admit(key)  # no room below and still needed: it stays
                     return False
                 slot.evicted(key)
-                unsure += before - used() if key in slot.retrying else 0
             if used() <= goal:
                 return True
         return False
@@ -308,8 +308,9 @@ class Placement:
 
     def _moved(self, m: Move) -> None:
         """The mover's report, under the lock. Only failed writes and deletes need anything done."""
-        if m.src is not None:  # a delete that failed and left the block resident: tried first next time
-            self.slots[m.src].settled(m.key, refused=m.kept is not None and self._kept(m))
+        # A delete that failed and left the block resident: tried first next time; failed again: see _refused_again.
+        if m.src is not None and self.slots[m.src].settled(m.key, refused=m.kept is not None and self._kept(m)):
+            self._refused_again(m.src, m.key, m.kept or 0)
         if m.dst is None or m.ok:
             return
         self.c.write_errors += 1
@@ -325,6 +326,20 @@ class Placement:
             node.tier = LOST
             self.c.lost += 1
             self.prune(m.key)
+
+    def _refused_again(self, t: int, key: Hashable, nbytes: int) -> None:
+        """A retried delete from tier ``t`` was refused again: the pass that took it counted its
+        ``nbytes`` as freed. They are freed now from other victims, as far as the block's owner's
+        quota and the tier's capacity need them (not more: excess other refusals left is the next
+        pass's). Once per retry (refused again, the block is no retry: it waits for its policy's
+        turn), so a tier that keeps refusing ends."""
+        slot = self.slots[t]
+        owner = slot.owner(key)
+        quota = slot.quotas.get(owner) if owner is not None else None
+        if owner is not None and quota is not None and slot.tenant_used(owner) > quota:
+            self.make_room(t, min(nbytes, slot.tenant_used(owner) - quota), only=owner)
+        if slot.used() > slot.capacity:
+            self.make_room(t, min(nbytes, slot.used() - slot.capacity))
 
     def _kept(self, m: Move) -> bool:
         """A delete from slow tier ``m.src`` raised: the block is still stored. True when it is

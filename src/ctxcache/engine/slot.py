@@ -194,16 +194,17 @@ class Slot:
                 return key
         return self.policy.evict(can_evict)
 
-    def settled(self, key: Hashable, refused: bool) -> None:
+    def settled(self, key: Hashable, refused: bool) -> bool:
         """The move of ``key`` out of this tier reported. ``refused``: its delete failed and it is
         resident again (at its policy's MRU end: ``on_insert`` is all a policy offers). It becomes
         the next victim, so the block that failed to leave is the first to try again; unless this
         was that retry: then it keeps its policy's place, so a tier that keeps refusing it costs
-        one retry per cycle of its policy, not one per pass."""
+        one retry per cycle of its policy, not one per pass. True for a retry refused again."""
         again = key in self.retrying
         self.retrying.discard(key)
         if refused and not again:
             self.retry[key] = None
+        return refused and again
 
     def evicted(self, key: Hashable) -> None:
         """A victim left the tier (demoted or evicted): its owner is no longer charged."""
