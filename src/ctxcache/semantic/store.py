@@ -132,6 +132,8 @@ class EntryStore:
         if not len(self.pending) or (not force and self._clock() < self._retry_at):
             return 0
         with self._lock:
+            if not force and self._clock() < self._retry_at:
+                return 0  # another thread took this turn while we waited for the lock
             self._retry_at = self._clock() + self.retry_interval
             keys, done = self.pending.keys(), []
             for i in range(0, len(keys), _BATCH):
