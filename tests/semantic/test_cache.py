@@ -212,7 +212,8 @@ def test_erase_entry_and_tenant(make_cache, tmp_path):
     put(c, "What is the capital of Japan?")
     put(c, "What is the capital of Peru?", tenant="t2")
     assert c.erase(e.id) and not c.erase(e.id)
-    assert c.erase_tenant("t1") == 1
+    out = c.erase_tenant("t1")
+    assert out == {"tenant": "t1", "erased": 1, "found_in_storage": 0, "pending_deletes": 0, "verified": True}
     assert [x.tenant for x in c.entries()] == ["t2"]
     assert len(list((tmp_path / "s").rglob("*.blk"))) == 1
 

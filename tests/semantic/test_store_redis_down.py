@@ -1,6 +1,6 @@
-"""The semantic cache on a Redis store that dies: erasing an entry still forgets it (the cache has
-no delete retry; the stored value stays, as before), and never raises out of the cache, though a
-RedisTier delete that cannot land now raises (the KV cache's mover counts and retries those)."""
+"""The semantic cache on a Redis store that dies: erasing an entry still forgets it and never raises
+out of the cache, though a RedisTier delete that cannot land raises; the store keeps that delete
+for a retry (test_store_redis_pending.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,6 @@ def test_erasing_while_redis_is_down_forgets_the_entry_without_raising(redis_fac
         server.kill()
         assert c.erase(e.id)  # before EntryStore caught it: TierUnavailableError out of erase()
         assert c.get(e.id) is None and c.stats()["entries"] == 0
-        assert store.delete(e.id) is False
+        assert store.delete(e.id) is False and store.stats()["pending_deletes"] == 1
     finally:
         c.close()

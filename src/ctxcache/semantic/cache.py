@@ -30,6 +30,7 @@ from ..errors import CorruptBlockError, SemanticInputError
 from ..policies import Policy, make_policy
 from .embedder import Embedder
 from .entry import Entry, SemanticQuery, decode_entry, encode_entry
+from .erasure import erase_tenant
 from .index import AutoIndex
 from .store import EntryStore
 from .thresholds import entry_threshold
@@ -146,6 +147,7 @@ class SemanticCache:
                 self.counts["bypassed"] += 1
             return Lookup(bypass=why)
         p = self.probe(q)
+        self._store.retry()  # pending deletes, at most every retry_interval: hits alone never write
         now = self.clock()
         vetoed = 0
         with self._lock:
@@ -273,6 +275,7 @@ class SemanticCache:
     def sweep(self) -> None:
         with self._lock:
             self._sweep(self.clock())
+        self._store.retry()
 
     # --- feedback, admin -----------------------------------------------------------------------------
     def feedback(self, entry_id: bytes, similarity: float, correct: bool) -> float:
@@ -302,13 +305,18 @@ class SemanticCache:
         return (e for e in items if tenant is None or e.tenant == tenant)
 
     def erase(self, entry_id: bytes) -> bool:
+        """Forget the entry and delete its record; whether it was here. ``erased_verified`` tells
+        whether the record is surely gone."""
         with self._lock:
             return self._drop(entry_id, "erased")
 
-    def erase_tenant(self, tenant: str) -> int:
-        with self._lock:
-            ids = [e.id for e in self._entries.values() if e.tenant == tenant]
-            return sum(self._drop(eid, "erased") for eid in ids)
+    def erased_verified(self, entry_id: bytes) -> bool:
+        """No delete of ``entry_id``'s record is pending (after one more try)."""
+        return self._store.settled([entry_id])
+
+    def erase_tenant(self, tenant: str) -> dict[str, Any]:
+        """Every entry of ``tenant``, from memory and the store, ``verified`` or not (see erasure.py)."""
+        return erase_tenant(self, tenant)
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -321,6 +329,7 @@ class SemanticCache:
                 "policy": self.policy.name,
                 "embedder": self.embedder.name,
                 **self.counts,
+                **self._store.stats(),
             }
 
     # --- restart -------------------------------------------------------------------------------------

@@ -11,6 +11,10 @@ embedder = "minilm"         # "minilm" (all-MiniLM-L6-v2, offline) or "hashing" 
 store = { kind = "disk", path = "~/.cache/ctxcache/semantic" }   # or { kind = "redis", url = "..." }
 ```
 
+A Redis store keeps the deletes that may not have landed (Redis down) in a local journal, ``journal``
+in the store table (default: a file under ctxcache's home; false: none), so a restart never indexes
+an entry erased during an outage.
+
 Admin routes (admin key, see routes_admin.require_admin), under /v1/admin/semantic: GET stats, GET entries
 (?tenant=&limit=&offset=), GET/DELETE entries/{id}, DELETE tenants/{tenant}/entries,
 POST entries/{id}/feedback ({"similarity": s, "correct": bool}: vCache-style learning).
@@ -18,6 +22,8 @@ POST entries/{id}/feedback ({"similarity": s, "correct": bool}: vCache-style lea
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +54,26 @@ def _embedder(name: str) -> Embedder:
     raise ConfigError(f"[semantic] embedder must be 'minilm' or 'hashing', not {name!r}")
 
 
+def _store_spec(spec: dict[str, Any], model_tag: str) -> dict[str, Any]:
+    """The store table with its defaults: a disk store under ctxcache's home; a Redis store's
+    failed deletes journaled there too (``journal = false``: not kept across a restart)."""
+    from ..integrations.model_store import ctxcache_home
+
+    store_spec = dict(spec.get("store") or {})
+    if not store_spec:
+        store_spec = {"kind": "disk", "path": str(ctxcache_home() / "semantic" / model_tag)}
+    if store_spec.get("kind", "disk") == "disk" and "path" in store_spec:
+        store_spec["path"] = str(Path(str(store_spec["path"])).expanduser())
+    if store_spec.get("kind") == "redis":
+        journal = store_spec.get("journal")
+        if journal is None:  # one file per server and prefix: another store's deletes are not ours
+            where = f"{store_spec.get('url', '')}\0{store_spec.get('prefix', '')}".encode()
+            name = f"redis-{hashlib.blake2b(where, digest_size=8).hexdigest()}.pending-deletes"
+            journal = ctxcache_home() / "semantic" / model_tag / name
+        store_spec["journal"] = None if journal is False else str(Path(str(journal)).expanduser())
+    return store_spec
+
+
 def build_semantic(
     spec: dict[str, Any], model_tag: str, embedder: Embedder | None = None
 ) -> tuple[SemanticCache, Settings]:
@@ -58,17 +84,10 @@ def build_semantic(
     tenants = spec.get("tenants", [])
     if tenants != "*" and not (isinstance(tenants, list) and all(isinstance(t, str) and t for t in tenants)):
         raise ConfigError(f"[semantic] tenants must be a list of tenant ids or '*', got {tenants!r}")
-    store_spec = dict(spec.get("store") or {})
-    if not store_spec:
-        from ..integrations.model_store import ctxcache_home
-
-        store_spec = {"kind": "disk", "path": str(ctxcache_home() / "semantic" / model_tag)}
-    if store_spec.get("kind", "disk") == "disk" and "path" in store_spec:
-        store_spec["path"] = str(Path(str(store_spec["path"])).expanduser())
     try:
         cache = SemanticCache(
             embedder or _embedder(str(spec.get("embedder", "minilm"))),
-            EntryStore.from_config(store_spec),
+            EntryStore.from_config(_store_spec(spec, model_tag)),
             threshold=spec.get("threshold", DEFAULT_THRESHOLD),
             capacity=parse_size(spec.get("capacity", "256MiB")),
             policy=spec.get("policy", "lru"),
@@ -134,18 +153,25 @@ async def get_entry(request: Request, entry_id: str) -> dict[str, Any]:
     return _entry(_cache(request), entry_id).summary()
 
 
+def _erase_one(cache: SemanticCache, key: bytes) -> dict[str, Any]:
+    erased = cache.erase(key)
+    return {"erased": int(erased), "verified": cache.erased_verified(key)}
+
+
 @router.delete("/entries/{entry_id}")
 async def delete_entry(request: Request, entry_id: str) -> dict[str, Any]:
-    """Erase one entry from memory and from its store."""
+    """Erase one entry from memory and from its store; ``verified``: its record is surely gone
+    (false while its delete is pending: the store retries it)."""
     cache = _cache(request)
     entry = _entry(cache, entry_id)
-    return {"erased": int(cache.erase(entry.id)), "id": entry_id}
+    return {**await asyncio.to_thread(_erase_one, cache, entry.id), "id": entry_id}
 
 
 @router.delete("/tenants/{tenant}/entries")
 async def erase_tenant(request: Request, tenant: str) -> dict[str, Any]:
-    """Erase every entry of a tenant."""
-    return {"erased": _cache(request).erase_tenant(tenant), "tenant": tenant}
+    """Erase every entry of a tenant, from memory and the store (records other processes wrote
+    included); ``verified`` only when a search of the store finds none and no delete is pending."""
+    return await asyncio.to_thread(_cache(request).erase_tenant, tenant)
 
 
 @router.post("/entries/{entry_id}/feedback")
