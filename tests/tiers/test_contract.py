@@ -148,6 +148,24 @@ def test_forget_and_adopt_are_declared_by_persistent(tier):
     assert KEYS[0] in tier and tier.used_bytes == block.nbytes == size
 
 
+def test_a_slow_tier_charges_a_landed_write_through_landing(tier):
+    seen = []
+
+    def landing(kb, charge):  # the engine's hook: the block is stored, not yet charged
+        seen.append((kb, tier.get_blob(kb) is not None, kb in tier, tier.used_bytes))
+        charge()
+
+    tier.landing = landing
+    size = tier.put(KEYS[0], payload(0), meta(0))
+    assert KEYS[0] in tier and tier.used_bytes == size == tier.nbytes(KEYS[0])
+    if not tier.slow:  # written under the engine's lock: nothing to hook
+        assert seen == []
+        return
+    blob = Codec(tier.codec.mode, tier.codec.compression).encode(payload(1), KEYS[1])
+    assert tier.put_blobs([(KEYS[1], blob)]) == [True] and tier.used_bytes == size + len(blob)
+    assert seen == [(KEYS[0], True, False, 0), (KEYS[1], True, False, size)]
+
+
 def test_stats_are_storage_only(tier):
     tier.put(KEYS[0], payload(0), meta(0))
     s = tier.stats()

@@ -11,9 +11,11 @@ tiers leaves the block in its source tier until the destination has it. Byte acc
 the logical state at once: each slot's ``inflow`` is reserved for writes queued into its tier,
 ``outflow`` for blocks queued to leave it (through ``Slot.reserve``, the slot's own accounting),
 and ``buffered`` is the RAM the queued payloads hold, which the engine bounds (``write_buffer``).
-A reservation is settled when the move reports, except a delete's outflow: settled just before
-the delete is sent, with the tier's charge for the block, so no delete landing outside the lock
-moves ``Slot.used``.
+A reservation is settled when the move reports, except a delete's outflow, settled just before
+the delete is sent, and a write's inflow, settled as the write lands: each together with the
+tier's charge for the block, under the lock, so no write or delete landing outside the lock moves
+``Slot.used``. The tier charges a landed write through the hook the mover sets (``Tier.landing``),
+so it still holds (``len``, ``in``) only what has landed.
 
 A delete that raises (an unlink refused, an I/O error, a Redis Cluster master down) leaves its
 block in storage: the move carries the bytes the tier stopped charging for (``kept``) back to
@@ -27,6 +29,7 @@ All fields are guarded by the engine's lock (``lock``), which the mover shares.
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -73,6 +76,10 @@ class Mover:
         self.buffered = 0
         self.busy = 0  # moves taken off the queue, not yet reported
         self._busy_since: float | None = None  # queued_at of the batch being written
+        self._landing: list[tuple[bytes, Move]] = []  # the batch's writes that have not landed
+        for pos, tier in enumerate(self.tiers):
+            if tier.slow:
+                tier.landing = functools.partial(self._landed, pos)
         self._work = threading.Condition(lock)
         self._idle = threading.Condition(lock)
         self._stopping = False
@@ -138,6 +145,7 @@ class Mover:
                     self._finish(m)
                 self.busy -= len(batch)
                 self._busy_since = None
+                self._landing = []
                 self._idle.notify_all()
 
     def lag_s(self) -> float:
@@ -170,6 +178,8 @@ class Mover:
                 if blob is not None:
                     items.append((m.key, blob))
                     movers.append(m)
+            with self.lock:
+                self._landing = [(key_bytes(m.key), m) for m in movers]
             for m, good in zip(movers, dst.put_blobs(items) if items else []):
                 m.ok = good
         else:
@@ -225,6 +235,23 @@ class Mover:
                 src.tier.forget(m.key)  # bookkeeping only: the delete that follows does the I/O
                 m.release = 0  # settled: the report has nothing left to settle
         return sizes
+
+    def _landed(self, pos: int, kb: bytes, charge: Callable[[], object]) -> None:
+        """Slow tier ``pos`` has written ``kb`` (it calls this, outside the lock): its charge for
+        the block and the settling of the write's inflow, together, under the lock.
+
+        Left to the write (outside the lock) and to the report, the tier's bytes grew first and
+        ``Slot.used`` counted the block twice meanwhile: a store then was refused, or evicted a
+        block too many. Charged before the write is sent instead, the tier would hold a block
+        that is not stored yet. A write the mover did not send (not in the batch) is only charged."""
+        with self.lock:
+            charge()
+            for i, (key, m) in enumerate(self._landing):
+                if key == kb and m.dst == pos:
+                    del self._landing[i]
+                    self.slots[pos].reserve(-m.reserve, 0)
+                    m.reserve = 0  # settled: the report has nothing left to settle
+                    return
 
     @staticmethod
     def _blob(m: Move, dst: Tier, src: Tier | None) -> bytes | None:

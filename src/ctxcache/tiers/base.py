@@ -14,6 +14,7 @@ Capabilities are declared by class flags, never discovered by trying a call:
 - ``slow``: storage does I/O. The engine never calls it under its lock: writes and deletes go
   through the background mover, reads happen between the lookup's two locked phases. A slow tier
   is therefore thread-safe on its own (one internal lock around its bookkeeping, I/O outside it).
+  It charges a write that has landed through ``landing`` when the engine set it (see there).
 - ``persistent``: it can hold blocks this process's index does not know (after a restart, or
   written by another process). The engine probes it for keys missing from the index, verifying
   the token bytes each block carries in its header, and ``adopt``s what it finds.
@@ -25,12 +26,15 @@ Capabilities are declared by class flags, never discovered by trying a call:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..codec import Block, Codec
 from ..errors import ConfigError, PayloadError, TierUnavailableError
+
+# (key bytes, the tier's charge for the write): runs the charge; see ``Tier.landing``
+Landing = Callable[[bytes, Callable[[], object]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,10 @@ class Tier(ABC):
         self.codec: Codec | None = None  # set by tiers that store encoded blobs
         # Token bytes per block, which encoded headers carry: the engine sets it from block_size.
         self.token_bytes = 1024
+        # Set by the engine on the slow tiers its mover writes to. A slow tier charges a write that
+        # has landed by calling it with the charge, which the engine runs under its lock together
+        # with settling the bytes it reserved for the write, so the block is never counted twice.
+        self.landing: Landing | None = None
 
     # --- storage, implemented by each backend -------------------------------------------------
     @abstractmethod

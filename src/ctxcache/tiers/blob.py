@@ -3,8 +3,9 @@
 It owns the one piece of bookkeeping both need: which keys this process charges for and how many
 bytes each takes (``_sizes``), guarded by one lock, since slow tiers are called from the mover
 thread and from lookups at once. Subclasses do the I/O: ``load_many``, ``put_blobs`` (or
-``put_blob``), ``delete``; they call ``_charge`` when a key appears or goes. ``persistent`` tiers
-may ``adopt`` blocks found in storage that another run or process wrote.
+``put_blob``), ``delete``; they call ``_charge`` when a key appears or goes (``_landed`` when a
+write has reached storage). ``persistent`` tiers may ``adopt`` blocks found in storage that
+another run or process wrote.
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ class BlobTier(Tier):
                 self._sizes[kb] = size
                 self.used_bytes += size
             return old
+
+    def _landed(self, kb: bytes, size: int) -> None:
+        """A write of ``kb`` reached storage: charge it, through ``landing`` when the engine set it.
+        Called with no lock held (the engine's hook takes the engine's lock, then ours)."""
+        if self.landing is None:
+            self._charge(kb, size)
+        else:
+            self.landing(kb, lambda: self._charge(kb, size))
 
     def forget(self, key: Hashable) -> None:
         self._charge(key_bytes(key), None)

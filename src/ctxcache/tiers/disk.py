@@ -149,7 +149,7 @@ class DiskTier(BlobTier):
             tmp.unlink(missing_ok=True)
             raise
         size = len(memoryview(blob))
-        self._charge(kb, size)
+        self._landed(kb, size)
         return size
 
     def _drop(self, kb: bytes, unlink: bool) -> bool:

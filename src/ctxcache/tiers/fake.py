@@ -98,7 +98,7 @@ class FakeSlowTier(_Recorded, BlobTier):
         for key, blob in items:
             kb = key_bytes(key)
             self.store[kb] = bytes(blob)
-            self._charge(kb, len(blob))
+            self._landed(kb, len(blob))
         return [True] * len(items)
 
     def put_blob(self, key: Hashable, blob: bytes) -> int:

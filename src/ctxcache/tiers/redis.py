@@ -328,7 +328,7 @@ class RedisTier(BlobTier):
         ok = [r is True for r in res] if res is not None else [False] * len(items)
         for kb, (_, blob), good in zip(kbs, items, ok):
             if good:
-                self._charge(kb, len(blob))
+                self._landed(kb, len(blob))
                 if self.filter is not None:
                     self.filter.add(kb)
         if self._full():
