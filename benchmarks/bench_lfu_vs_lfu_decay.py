@@ -64,7 +64,7 @@ class _ShadowedDecay(LFUDecay):
         least_count = counts[least] if least is not None else 0
         key = super().evict(can_evict)
         if key is not None:
-            self.overrides += counts[key] > least_count
+            self.overrides += int(counts[key] > least_count)
             self.shadow.on_remove(key)
         return key
 
@@ -91,7 +91,7 @@ def compare(trace: Trace, size: float) -> dict[str, Any]:
     dec = _ShadowedDecay()
     a, va, ha = _recorded(trace, LFU(), cap)
     b, vb, hb = _recorded(trace, dec, cap)
-    later = {}
+    later: dict[Any, list[int]] = {}
     for i, r in enumerate(trace.requests):
         for blk in r.blocks:
             later.setdefault(blk, []).append(i)
@@ -99,7 +99,7 @@ def compare(trace: Trace, size: float) -> dict[str, Any]:
     only = [(i, k) for i in differ for k in set(va.get(i, ())) ^ set(vb.get(i, ()))]
     n_multi = [m for m, _ in dec.samples] or [0]
     n_evictable = [e for _, e in dec.samples] or [0]
-    return {
+    out: dict[str, Any] = {
         "size": size,
         "blocks": cap,
         "token_miss": {"lfu": 1 - a.token_hit_ratio, "lfu-decay": 1 - b.token_hit_ratio},
@@ -113,6 +113,7 @@ def compare(trace: Trace, size: float) -> dict[str, Any]:
         "sampled_used_twice_or_more_mean": sum(n_multi) / len(n_multi),
         "sampled_of_those_evictable_mean": sum(n_evictable) / len(n_evictable),
     }
+    return out
 
 
 def sweep(trace: Trace) -> dict[str, dict[str, float]]:
