@@ -47,6 +47,8 @@ bench: install redis-server
 	$(BIN)/python benchmarks/bench_libcachesim_check.py
 	$(BIN)/python benchmarks/bench_policies.py
 	$(BIN)/python benchmarks/bench_sim_vs_engine.py
+	$(BIN)/python benchmarks/bench_lfu_vs_lfu_decay.py
+	$(BIN)/python benchmarks/bench_prefix_aware_variants.py
 	$(BIN)/python benchmarks/seed_claims.py
 	$(BIN)/python benchmarks/bench_observability.py
 
