@@ -31,28 +31,12 @@ from ..units import parse_duration
 from .base import key_bytes
 from .blob import BlobTier
 from .bloom import KeyFilter
-
-_redis: Any
-try:
-    import redis as _redis
-    from redis.backoff import NoBackoff
-    from redis.cluster import RedisCluster
-    from redis.exceptions import AskError, ClusterError, RedisClusterException
-    from redis.exceptions import ConnectionError as _ConnErr
-    from redis.exceptions import TimeoutError as _TimeoutErr
-    from redis.retry import Retry
-
-    # Errors that mean "the server is not reachable" (others, like OOM refusals, fail one call).
-    _DOWN: tuple[type[BaseException], ...] = (_ConnErr, _TimeoutErr, ClusterError, RedisClusterException, OSError)
-    # A MOVED or ASK reply (MovedError subclasses AskError). Matched by type: redis-py strips the
-    # "MOVED" word from the message, so its text starts with the slot number.
-    _REDIRECT: tuple[type[BaseException], ...] = (AskError,)
-except ImportError:  # reported when a redis tier is configured; the rest of ctxcache runs without it
-    _redis, _DOWN, _REDIRECT = None, (OSError,), ()
+from .redis_cluster import DOWN as _DOWN
+from .redis_cluster import NoBackoff, Op, RedisCluster, Retry, run_cluster, run_pipeline
+from .redis_cluster import redis_py as _redis
 
 SCAN_BATCH = 256  # keys whose headers are read in one pipeline
 HEAD_GUESS = 4096  # bytes read first from each blob: the whole header of typical blocks
-_Op = tuple[str, tuple[Any, ...], dict[str, Any]]  # a command: name, args, kwargs
 
 
 class RedisTier(BlobTier):
@@ -231,7 +215,7 @@ class RedisTier(BlobTier):
         return self._healthy
 
     # --- round trips -------------------------------------------------------------------------------
-    def _pipeline(self, ops: Iterable[_Op], partial: bool = False) -> list[Any] | None:
+    def _pipeline(self, ops: Iterable[Op], partial: bool = False) -> list[Any] | None:
         """Run commands in one pipeline; None (and unhealthy) when the server cannot be reached.
         ``partial`` (a Cluster): a failed master's commands answer its error, the others' stand."""
         if not self._healthy:
@@ -247,45 +231,15 @@ class RedisTier(BlobTier):
             self._fail(exc)
             return None
 
-    def _run_cluster(self, client: Any, todo: list[_Op], partial: bool) -> list[Any]:
-        """One plain pipeline per primary: redis-py's cluster pipeline re-sends failed commands one at
-        a time, which would multiply the timeout; a MOVED reply is a miss, and the topology is refreshed
-        once. The first master that fails ends the call (a request waits one timeout at most), unless
-        ``partial``: then every master is tried (the mover's deletes: one master down frees the rest)."""
-        groups: dict[str, tuple[Any, list[int]]] = {}
-        for i, (_, args, _) in enumerate(todo):
-            node = client.get_node_from_key(args[0])
-            groups.setdefault(node.name, (node, []))[1].append(i)
-        out: list[Any] = [None] * len(todo)
-        down: Exception | None = None
-        for node, idxs in groups.values():
-            try:
-                res = self._run_pipeline(client.get_redis_connection(node), [todo[i] for i in idxs])
-            except Exception as exc:  # noqa: BLE001 - this master's commands failed, not the others'
-                if not partial:
-                    raise
-                down, res = down or exc, [exc] * len(idxs)
-            for i, r in zip(idxs, res):
-                out[i] = r
-        try:
-            if any(isinstance(r, _REDIRECT) for r in out):
-                client.nodes_manager.initialize()
-        except Exception as exc:  # noqa: BLE001 - the answers stand; the tier reconnects
-            down = down or exc
+    def _run_cluster(self, client: Any, todo: list[Op], partial: bool) -> list[Any]:
+        out, down = run_cluster(client, todo, partial, self._run_pipeline)
         if down is not None:
             self._fail(down)
         return out
 
-    def _run_pipeline(self, client: Any, ops: list[_Op]) -> list[Any]:
+    def _run_pipeline(self, client: Any, ops: list[Op]) -> list[Any]:
         self.round_trips += 1
-        pipe = client.pipeline(transaction=False)
-        for name, args, kwargs in ops:
-            getattr(pipe, name)(*args, **kwargs)
-        res = list(pipe.execute(raise_on_error=False))
-        down = next((r for r in res if isinstance(r, _DOWN)), None)
-        if down is not None:
-            raise down
-        return res
+        return run_pipeline(client, ops)
 
     def load_many(self, keys: Sequence[Hashable], tokens: Sequence[bytes | None]) -> list[Block | None]:
         kbs = [key_bytes(k) for k in keys]
