@@ -160,3 +160,17 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Red
     finally:
         for node in nodes:
             node.stop()
+
+
+@pytest.fixture
+def cluster_partial(redis_cluster: list[RedisServer]) -> Iterator[list[RedisServer]]:
+    """The shared cluster with ``cluster-require-full-coverage no``: the healthy masters keep serving
+    their slots while one master is paused past the node timeout (Redis' default: every master then
+    answers CLUSTERDOWN, see docs/storage.md). Restored afterwards."""
+    for node in redis_cluster:
+        node.client().config_set("cluster-require-full-coverage", "no")
+    try:
+        yield redis_cluster
+    finally:
+        for node in redis_cluster:
+            node.client().config_set("cluster-require-full-coverage", "yes")

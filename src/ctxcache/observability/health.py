@@ -33,6 +33,8 @@ def readiness(
     for name, ts in tiers.items():
         up = bool(ts.get("healthy", True))
         tier_checks[name] = {"ok": up, "kind": ts.get("kind"), "corrupt_blocks": ts.get("corrupt", 0)}
+        if ts.get("masters_down"):  # a Cluster serving from its other masters: ready, degraded
+            tier_checks[name]["masters_down"] = list(ts["masters_down"])
         if not up:
             problems.append(f"tier {name} ({ts.get('kind')}) is unreachable")
     checks["tiers"] = tier_checks

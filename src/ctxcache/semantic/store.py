@@ -175,7 +175,7 @@ class EntryStore:
     @staticmethod
     def _redis_keys(tier: RedisTier) -> list[bytes] | None:
         client, prefix = tier._client, tier.prefix  # the tier owns the connection; SCAN is read-only
-        if client is None or not tier.healthy:
+        if client is None or not tier.healthy or tier.masters_down:  # a down master would fail the SCAN
             return None
         n, pattern = len(prefix), re.sub(rb"([*?\[\]\\])", rb"\\\1", prefix) + b"*"
         try:

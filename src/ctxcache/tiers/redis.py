@@ -7,7 +7,9 @@ pipelined. Every socket wait (connect, each read, each write) is bounded by ``ti
 50 ms), and redis-py's own retries are off, so a hung or dead server costs a request at most about
 one timeout. The first connection error marks the tier unhealthy: from then on it answers every
 call at once (misses, refused writes, deletes that raise) and a background thread retries the connection every
-``retry_interval`` seconds; a request never fails because Redis is down.
+``retry_interval`` seconds; a request never fails because Redis is down. In a Cluster each master
+is marked down on its own (redis_cluster.Masters): only its keys are answered that way, the other
+masters keep serving, and the tier is unhealthy only when every master is down.
 
 Accounting is local (BlobTier's key -> size index): ``used_bytes`` counts the blocks this process wrote or found and is charging
 for, which is what ``capacity`` bounds; blocks other processes keep alive are theirs to evict, and
@@ -31,28 +33,12 @@ from ..units import parse_duration
 from .base import key_bytes
 from .blob import BlobTier
 from .bloom import KeyFilter
-
-_redis: Any
-try:
-    import redis as _redis
-    from redis.backoff import NoBackoff
-    from redis.cluster import RedisCluster
-    from redis.exceptions import AskError, ClusterError, RedisClusterException
-    from redis.exceptions import ConnectionError as _ConnErr
-    from redis.exceptions import TimeoutError as _TimeoutErr
-    from redis.retry import Retry
-
-    # Errors that mean "the server is not reachable" (others, like OOM refusals, fail one call).
-    _DOWN: tuple[type[BaseException], ...] = (_ConnErr, _TimeoutErr, ClusterError, RedisClusterException, OSError)
-    # A MOVED or ASK reply (MovedError subclasses AskError). Matched by type: redis-py strips the
-    # "MOVED" word from the message, so its text starts with the slot number.
-    _REDIRECT: tuple[type[BaseException], ...] = (AskError,)
-except ImportError:  # reported when a redis tier is configured; the rest of ctxcache runs without it
-    _redis, _DOWN, _REDIRECT = None, (OSError,), ()
+from .redis_cluster import DOWN as _DOWN
+from .redis_cluster import MasterDown, Masters, NoBackoff, Op, RedisCluster, Retry, run_pipeline
+from .redis_cluster import redis_py as _redis
 
 SCAN_BATCH = 256  # keys whose headers are read in one pipeline
 HEAD_GUESS = 4096  # bytes read first from each blob: the whole header of typical blocks
-_Op = tuple[str, tuple[Any, ...], dict[str, Any]]  # a command: name, args, kwargs
 
 
 class RedisTier(BlobTier):
@@ -94,6 +80,7 @@ class RedisTier(BlobTier):
         self.errors = self.reconnects = self.round_trips = 0
         self._scan_failed = False  # the last filter rebuild failed: no early rebuilds until one works
         self._stop, self._wake = threading.Event(), threading.Event()
+        self._masters = Masters(self.retry_interval) if self.cluster else None
         self._connect()  # once, synchronously: a server that is up is usable from the first call
         self._thread = threading.Thread(target=self._run, name=f"ctxcache-redis-{self.name}", daemon=True)
         self._thread.start()
@@ -107,11 +94,12 @@ class RedisTier(BlobTier):
         }
         client: Any = None
         try:
-            if self.cluster:
+            if self._masters is not None:
                 client = RedisCluster.from_url(self.url, **opts)
+                self._masters.check(client)  # some masters answering is enough: the others are marked down
             else:
                 client = _redis.Redis.from_url(self.url, **opts)
-            client.ping()
+                client.ping()
         except Exception:  # noqa: BLE001 - any failure to connect means "not yet"
             if client is not None:
                 client.close()
@@ -129,7 +117,9 @@ class RedisTier(BlobTier):
             self._wake.set()
 
     def _run(self) -> None:
-        """Reconnect while unhealthy; rebuild the Bloom filter after each (re)connect and periodically."""
+        """Reconnect while unhealthy, probe the Cluster masters marked down; rebuild the Bloom filter
+        after each (re)connect, when a master is back, and periodically (not while one is down: the
+        SCAN would fail)."""
         rebuild_due = 0.0
         while not self._stop.is_set():
             if not self._healthy:
@@ -139,10 +129,14 @@ class RedisTier(BlobTier):
                     continue
                 self.reconnects += 1
                 rebuild_due = 0.0
-            if time.monotonic() >= rebuild_due or self._full():
+            elif self._masters is not None and self._masters.probe(self._client):
+                rebuild_due = 0.0
+            down = bool(self.masters_down)
+            if not down and (time.monotonic() >= rebuild_due or self._full()):
                 self._rebuild_filter()
                 rebuild_due = time.monotonic() + self.bloom_refresh
-            self._wake.wait(min(self.bloom_refresh, max(0.01, rebuild_due - time.monotonic())))
+            pause = self.retry_interval if down else max(0.01, rebuild_due - time.monotonic())
+            self._wake.wait(min(self.bloom_refresh, pause))
             self._wake.clear()
 
     def _rebuild_filter(self) -> None:
@@ -168,8 +162,8 @@ class RedisTier(BlobTier):
         """SCAN the prefix (every primary of a cluster) and read each block's header with GETRANGE,
         never its payload: the keys whose verified header names ``tenant``. Values that are not
         intact blocks are skipped (nothing in them can be attributed). ``tenant=None``: every intact
-        block under the prefix (a flush). None if Redis is down."""
-        if not self._healthy:
+        block under the prefix (a flush). None if Redis (or a Cluster master) is down."""
+        if not self._healthy or self.masters_down:
             return None
         found: list[bytes] = []
         batch: list[bytes] = []
@@ -189,7 +183,7 @@ class RedisTier(BlobTier):
 
     def _owned_by(self, names: list[bytes], tenant: bytes | None) -> list[bytes]:
         heads = self._pipeline(("getrange", (nm, 0, HEAD_GUESS - 1), {}) for nm in names)
-        if heads is None:
+        if heads is None or any(isinstance(h, _DOWN) for h in heads):
             raise TierUnavailableError(f"redis tier {self.name!r}: unreachable during a scan")
         longer: dict[int, int] = {}
         for i, head in enumerate(heads):
@@ -200,7 +194,7 @@ class RedisTier(BlobTier):
                 heads[i] = None
         if longer:  # headers past the first read (many arrays per block): one more range read each
             more = self._pipeline(("getrange", (names[i], 0, n - 1), {}) for i, n in longer.items())
-            if more is None:
+            if more is None or any(isinstance(h, _DOWN) for h in more):
                 raise TierUnavailableError(f"redis tier {self.name!r}: unreachable during a scan")
             for i, head in zip(longer, more):
                 heads[i] = head
@@ -218,74 +212,58 @@ class RedisTier(BlobTier):
         return out
 
     def wait_ready(self, timeout: float = 5.0) -> bool:
-        """Block until the tier is healthy and its Bloom filter built (tests, benchmarks)."""
+        """Block until the tier is healthy, no Cluster master is down and the Bloom filter is built."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self._healthy and (self.filter is None or self.filter.ready):
+            if self._healthy and not self.masters_down and (self.filter is None or self.filter.ready):
                 return True
             time.sleep(0.005)
         return False
 
     @property
     def healthy(self) -> bool:
+        """False while the server (a Cluster: every master) is unreachable. A Cluster with some
+        masters down is healthy: the engine keeps reading, finding and writing blocks on the others,
+        and the down masters' keys miss, refuse writes and fail deletes at once (``masters_down``)."""
         return self._healthy
 
+    @property
+    def masters_down(self) -> list[str]:
+        """The Cluster masters ("host:port") marked down, re-probed every ``retry_interval``."""
+        return self._masters.down() if self._masters is not None else []
+
     # --- round trips -------------------------------------------------------------------------------
-    def _pipeline(self, ops: Iterable[_Op], partial: bool = False) -> list[Any] | None:
-        """Run commands in one pipeline; None (and unhealthy) when the server cannot be reached.
-        ``partial`` (a Cluster): a failed master's commands answer its error, the others' stand."""
+    def _pipeline(self, ops: Iterable[Op]) -> list[Any] | None:
+        """Run commands in one pipeline; None (and unhealthy) when the server cannot be reached. A
+        Cluster: one pipeline per master, a down master's commands answer its error (MasterDown)."""
         if not self._healthy:
             return None
         client, todo = self._client, list(ops)
         if not todo:
             return []
         try:
-            if not self.cluster:
+            if self._masters is None:
                 return self._run_pipeline(client, todo)
-            return self._run_cluster(client, todo, partial)
+            return self._run_cluster(client, todo)
         except Exception as exc:  # noqa: BLE001 - redis-py and socket errors alike
             self._fail(exc)
             return None
 
-    def _run_cluster(self, client: Any, todo: list[_Op], partial: bool) -> list[Any]:
-        """One plain pipeline per primary: redis-py's cluster pipeline re-sends failed commands one at
-        a time, which would multiply the timeout; a MOVED reply is a miss, and the topology is refreshed
-        once. The first master that fails ends the call (a request waits one timeout at most), unless
-        ``partial``: then every master is tried (the mover's deletes: one master down frees the rest)."""
-        groups: dict[str, tuple[Any, list[int]]] = {}
-        for i, (_, args, _) in enumerate(todo):
-            node = client.get_node_from_key(args[0])
-            groups.setdefault(node.name, (node, []))[1].append(i)
-        out: list[Any] = [None] * len(todo)
-        down: Exception | None = None
-        for node, idxs in groups.values():
-            try:
-                res = self._run_pipeline(client.get_redis_connection(node), [todo[i] for i in idxs])
-            except Exception as exc:  # noqa: BLE001 - this master's commands failed, not the others'
-                if not partial:
-                    raise
-                down, res = down or exc, [exc] * len(idxs)
-            for i, r in zip(idxs, res):
-                out[i] = r
-        try:
-            if any(isinstance(r, _REDIRECT) for r in out):
-                client.nodes_manager.initialize()
-        except Exception as exc:  # noqa: BLE001 - the answers stand; the tier reconnects
-            down = down or exc
-        if down is not None:
-            self._fail(down)
+    def _run_cluster(self, client: Any, todo: list[Op]) -> list[Any]:
+        assert self._masters is not None
+        out, failed, stuck = self._masters.run(client, todo, self._run_pipeline)
+        if failed:
+            self.errors += failed
+            self._wake.set()  # the background thread probes the masters marked down
+        if stuck is not None:
+            self._fail(stuck)  # no node answered a topology refresh: reconnect
+        elif failed and self._masters.all_down(client):
+            self._fail(MasterDown("every master of the cluster is down"))
         return out
 
-    def _run_pipeline(self, client: Any, ops: list[_Op]) -> list[Any]:
+    def _run_pipeline(self, client: Any, ops: list[Op]) -> list[Any]:
         self.round_trips += 1
-        pipe = client.pipeline(transaction=False)
-        for name, args, kwargs in ops:
-            getattr(pipe, name)(*args, **kwargs)
-        res = list(pipe.execute(raise_on_error=False))
-        down = next((r for r in res if isinstance(r, _DOWN)), None)
-        if down is not None:
-            raise down
-        return res
+        return run_pipeline(client, ops)
 
     def load_many(self, keys: Sequence[Hashable], tokens: Sequence[bytes | None]) -> list[Block | None]:
         kbs = [key_bytes(k) for k in keys]
@@ -302,7 +280,7 @@ class RedisTier(BlobTier):
                 except CorruptBlockError:
                     self.corrupt += 1
                     bad.append(kb)
-            if block is None:
+            if block is None and not isinstance(blob, _DOWN):
                 self._charge(kb, None)  # gone (expired, evicted by the server) or bad
             out.append(None if block is None or (want is not None and block.tokens != want) else block)
         if bad:
@@ -349,7 +327,7 @@ class RedisTier(BlobTier):
         kbs = [key_bytes(k) for k in keys]
         if not kbs:
             return 0
-        res = self._pipeline((("delete", (self.prefix + kb,), {}) for kb in kbs), partial=True)
+        res = self._pipeline(("delete", (self.prefix + kb,), {}) for kb in kbs)
         failed: list[Hashable] = []
         deleted, why = 0, "server unreachable?"
         for key, kb, r in zip(keys, kbs, res if res is not None else [None] * len(kbs)):
@@ -382,6 +360,8 @@ class RedisTier(BlobTier):
             self._thread.join(timeout=2.0)
         if self._client is not None:
             self._client.close()
+        if self._masters is not None:
+            self._masters.close()
         self._healthy = False
 
     def stats(self) -> dict[str, Any]:
@@ -390,6 +370,7 @@ class RedisTier(BlobTier):
         out.update(
             url=f"{host.scheme}://{host.hostname}:{host.port}",  # no credentials in stats
             cluster=self.cluster,
+            masters_down=self.masters_down,
             ttl=self.ttl,
             errors=self.errors,
             reconnects=self.reconnects,
