@@ -11,6 +11,8 @@ tiers leaves the block in its source tier until the destination has it. Byte acc
 the logical state at once: each slot's ``inflow`` is reserved for writes queued into its tier,
 ``outflow`` for blocks queued to leave it (through ``Slot.reserve``, the slot's own accounting),
 and ``buffered`` is the RAM the queued payloads hold, which the engine bounds (``write_buffer``).
+A write of a key its tier already charges for (a rewrite) reserves the old bytes as outflow
+(``Move.replaces``): they leave as the new bytes land.
 A reservation is settled when the move reports, except a delete's outflow, settled just before
 the delete is sent, and a write's inflow, settled as the write lands: each together with the
 tier's charge for the block, under the lock, so no write or delete landing outside the lock moves
@@ -63,6 +65,7 @@ class Move:
     ok: bool = False
     kept: int | None = None  # the delete from src raised: the bytes src charged for it, still stored
     queued_at: float = 0.0  # monotonic seconds, for the mover's lag
+    replaces: int = 0  # bytes dst charged for the key when queued (a rewrite): its outflow until it lands
 
 
 class Mover:
@@ -88,7 +91,8 @@ class Mover:
     def submit(self, move: Move) -> None:
         """Queue a move (caller holds the lock) and charge its bytes."""
         if move.dst is not None:
-            self.slots[move.dst].reserve(move.reserve, 0)
+            move.replaces = self._held(move.dst, move.key)
+            self.slots[move.dst].reserve(move.reserve, move.replaces)
         if move.src is not None:
             self.slots[move.src].reserve(0, move.release)
         self.buffered += move.buffered
@@ -99,6 +103,15 @@ class Mover:
             self._thread = threading.Thread(target=self._run, name="ctxcache-mover", daemon=True)
             self._thread.start()
         self._work.notify()
+
+    def _held(self, pos: int, key: Hashable) -> int:
+        """Bytes tier ``pos`` charges for ``key`` that a write of it queued now will replace (a
+        rewrite: a block a refused delete left there, or one an earlier run did), reserved as the
+        slot's outflow. With only the new bytes reserved (inflow) while the tier still charged the
+        old, the slot counted the block twice until it landed, and room made meanwhile evicted a
+        block too many. When a move of the key is queued the charge may be on its way out (a
+        delete) or not landed yet: 0, so the block is never counted as gone (at worst twice)."""
+        return 0 if key in self.pending else self.tiers[pos].nbytes(key)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until every queued move is done. The caller must not hold the lock."""
@@ -156,7 +169,7 @@ class Mover:
 
     def _finish(self, m: Move) -> None:
         if m.dst is not None:
-            self.slots[m.dst].reserve(-m.reserve, 0)
+            self.slots[m.dst].reserve(-m.reserve, -m.replaces)
         if m.src is not None:
             self.slots[m.src].reserve(0, -m.release)
         self.buffered -= m.buffered
@@ -249,8 +262,8 @@ class Mover:
             for i, (key, m) in enumerate(self._landing):
                 if key == kb and m.dst == pos:
                     del self._landing[i]
-                    self.slots[pos].reserve(-m.reserve, 0)
-                    m.reserve = 0  # settled: the report has nothing left to settle
+                    self.slots[pos].reserve(-m.reserve, -m.replaces)
+                    m.reserve = m.replaces = 0  # settled: the report has nothing left to settle
                     return
 
     @staticmethod

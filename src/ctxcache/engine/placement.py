@@ -255,6 +255,8 @@ class Placement:
         ``blob``: the payload already encoded with the tier's codec."""
         tier = self.tiers[t]
         if tier.slow:
+            if self.slots[t].owner(node.key) is not None:  # a rewrite (kept or found there): the
+                self.slots[t].drop(node.key)  # caller charges it again, to its writer, at its new size
             held = None if blob is not None else payload
             self.mover.submit(Move(node.key, None, t, meta_of(node), held, blob, size, 0, size))
         elif blob is not None:
