@@ -124,6 +124,9 @@ class Placement:
         delete failed goes first (``Slot.victim``) and its bytes count as freed, as any victim's:
         should it fail again, its report frees them from other victims (``_moved``)."""
         slot, can = self.slots[t], self._can[t]
+        if not slot.may_delete():
+            return False  # its deletes keep failing: victims would only queue more (Slot.may_delete)
+        probe = slot.broken  # one victim asks whether the tier is back; the room waits for its answer
         # A quota counts the tenant's charges, which change only under the lock; the tier's bytes
         # also drop when the mover's deletes land (outside it), which would end the pass early.
         # Capacity counts ``Slot.used``, which the mover keeps still while its deletes land (it
@@ -141,6 +144,8 @@ class Placement:
                     slot.admit(key)  # no room below and still needed: it stays
                     return False
                 slot.evicted(key)
+                if probe:
+                    return False
             if used() <= goal:
                 return True
         return False
@@ -310,6 +315,8 @@ class Placement:
 
     def _moved(self, m: Move) -> None:
         """The mover's report, under the lock. Only failed writes and deletes need anything done."""
+        if m.src is not None and m.delete_src and m.ok:  # a delete was sent: the tier's breaker learns how it went
+            self.slots[m.src].deleted(refused=m.kept is not None)
         # A delete that failed and left the block resident: tried first next time; failed again: see _refused_again.
         if m.src is not None and self.slots[m.src].settled(m.key, refused=m.kept is not None and self._kept(m)):
             self._refused_again(m.src, m.key, m.kept or 0)
@@ -336,6 +343,8 @@ class Placement:
         pass's). Once per retry (refused again, the block is no retry: it waits for its policy's
         turn), so a tier that keeps refusing ends."""
         slot = self.slots[t]
+        if slot.broken:  # the tier refuses deletes: the room waits for its breaker's next probe
+            return
         owner = slot.owner(key)
         quota = slot.quotas.get(owner) if owner is not None else None
         if owner is not None and quota is not None and slot.tenant_used(owner) > quota:

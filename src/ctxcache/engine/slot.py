@@ -26,6 +26,8 @@ from ..tiers import Tier
 
 ORPHAN = ""  # the owner of blocks whose tenant is unknown (left by an earlier run)
 MAX_PAIRS = 4096  # distinct (tenant, bytes) charges shared between blocks (see Slot.charge)
+BREAK_AFTER = 8  # deletes refused in a row that stop passes on a tier (see Slot.may_delete)
+MAX_BACKOFF = 16  # passes turned away at most between two that may delete again
 
 
 @dataclass(slots=True)
@@ -68,7 +70,7 @@ class Slot:
     __slots__ = (
         "pos", "tier", "policy", "name", "capacity", "high", "low", "slow", "persistent", "kind",
         "hits", "evictions", "inflow", "outflow", "owners", "by_tenant", "quotas", "owner_of", "_pairs",
-        "retry", "retrying",
+        "retry", "retrying", "refusals", "backoff", "wait",
     )  # fmt: skip
 
     def __init__(self, pos: int, tier: Tier, policy: Policy) -> None:
@@ -92,6 +94,10 @@ class Slot:
         # ``retry`` whose delete has not reported yet.
         self.retry: dict[Hashable, None] = {}
         self.retrying: set[Hashable] = set()
+        # The delete breaker (``may_delete``): refused deletes since one last landed, and passes.
+        self.refusals = 0
+        self.backoff = 0  # passes the breaker turns away after its next probe
+        self.wait = 0  # passes it turns away before that probe
 
     @property
     def codec(self) -> Codec | None:
@@ -205,6 +211,37 @@ class Slot:
         if refused and not again:
             self.retry[key] = None
         return refused and again
+
+    def deleted(self, refused: bool) -> None:
+        """A delete from this tier reported: refused (it raised), or landed (which closes the
+        breaker: the tier takes deletes again)."""
+        if refused:
+            self.refusals += 1
+        else:
+            self.refusals = self.backoff = self.wait = 0
+
+    @property
+    def broken(self) -> bool:
+        """The breaker is open: the last ``BREAK_AFTER`` deletes here were refused."""
+        return self.refusals >= BREAK_AFTER
+
+    def may_delete(self) -> bool:
+        """Whether a pass may take victims here (asked once per pass). No, while the breaker is
+        open (``BREAK_AFTER`` deletes refused in a row: a dead disk or Redis), but for one probe
+        pass every ``backoff`` passes, doubling up to ``MAX_BACKOFF`` while probes are refused
+        (a probe takes one victim and makes no room: its delete's report opens or closes).
+        Every victim's delete would fail and each retried victim again, each failure an unlink
+        or a round trip, a log line and a counter: a dead tier cost as many deletes as it held
+        blocks over its capacity at every pass. Turned away, the pass frees nothing, so a store
+        needing room here is refused (a demotion goes elsewhere), as at a full tier: capacity
+        and quotas hold, passes end, and the first probe that lands brings the tier back."""
+        if not self.broken:
+            return True
+        if self.wait > 0:
+            self.wait -= 1
+            return False
+        self.backoff = self.wait = min(2 * self.backoff or 1, MAX_BACKOFF)
+        return True
 
     def evicted(self, key: Hashable) -> None:
         """A victim left the tier (demoted or evicted): its owner is no longer charged."""

@@ -1,0 +1,142 @@
+"""A slow tier whose every delete raises (a dead disk or Redis). Without a breaker each eviction
+pass sent a delete for every block the tier held over its capacity, each refused and charged
+again, and each refused retry started one more pass (``Placement._refused_again``): 12,544
+refused deletes for 120 stores (benchmarks/bench_dead_tier_deletes.py). The tier's breaker
+(``Slot.may_delete``) turns passes away once ``BREAK_AFTER`` deletes in a row were refused, but
+for one probe pass every ``backoff`` passes (doubling to ``MAX_BACKOFF``): a store needing room
+there is refused, so the tier holds no more than its capacity and the blocks it refused to
+delete, and the first probe that lands closes the breaker and brings the tier back."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from ctxcache import ContextCache
+from ctxcache.engine.slot import BREAK_AFTER, MAX_BACKOFF, Slot
+from ctxcache.policies import make_policy
+from ctxcache.tiers import MemoryTier
+from ctxcache.tiers.fake import FakeSlowTier
+
+from .tenancy_util import ask, cache_with
+from .test_delete_errors import Refuse, _accounted, _full_tier, store
+from .test_retry_count import _blob, one
+
+
+def _refused_held(tier: FakeSlowTier, refused: list[Hashable]) -> int:
+    """Bytes of blocks whose delete was refused that the tier still stores."""
+    return sum(len(tier.store[k]) for k in set(refused) & set(tier.store))  # type: ignore[index]
+
+
+def _dead(cache: ContextCache, tier: FakeSlowTier, refuse: Refuse, stores: range) -> list[set[Hashable]]:
+    """Store each of ``stores`` while every delete is refused; returns the keys each store's
+    passes tried to delete. The tier holds its capacity throughout, but for blocks it refused to
+    delete."""
+    per_store = []
+    for i in stores:
+        before = len(refuse.refused)
+        store(cache, i)
+        assert cache.flush(10)
+        per_store.append(set(refuse.refused[before:]))
+        assert tier.used_bytes <= tier.capacity + _refused_held(tier, refuse.refused)
+        assert cache.slots[0].used() == tier.used_bytes
+    return per_store
+
+
+def test_a_dead_tier_gets_one_delete_per_backoff_not_one_per_block_per_pass():
+    cache, tier, _, blob = _full_tier(4)
+    refuse = Refuse()
+    tier.on_call = refuse
+    per_store = _dead(cache, tier, refuse, range(4, 124))
+    # Before the breaker: 14,400 deletes refused here, the nth store's passes trying about n
+    # blocks (every block held over capacity, and one more for each refused retry's pass).
+    assert cache.stats()["delete_errors"] <= 3 * BREAK_AFTER + len(per_store) // 4
+    tried = [len(keys) for keys in per_store]
+    opened = next(i for i in range(len(tried)) if sum(tried[: i + 1]) >= BREAK_AFTER)
+    assert max(tried[opened + 1 :]) == 1  # open: a probe, one block, one delete
+    probes = [i for i, n in enumerate(tried) if i > opened and n]
+    assert len(probes) <= 4 + 2 * len(per_store) // MAX_BACKOFF  # the other stores' passes turned away
+    assert max(b - a for a, b in zip(probes, probes[1:])) >= MAX_BACKOFF // 2  # backed off (2 passes a store)
+    # Open, the tier grows no more: a store that needs room is refused, a probe's too (before:
+    # each store's block landed, and the tier ended 120 blocks over its capacity of 4).
+    assert tier.used_bytes <= 4 * blob + sum(tried[: opened + 1]) * blob
+    assert cache.stats()["rejected"] >= len(per_store) - opened - 1
+    cache.close()
+
+
+def test_after_recovery_the_first_probe_closes_the_breaker_and_the_tier_is_within_capacity():
+    cache, tier, _, blob = _full_tier(4)
+    refuse = Refuse()
+    tier.on_call = refuse
+    _dead(cache, tier, refuse, range(4, 64))
+    assert tier.used_bytes > 4 * blob and cache.slots[0].broken
+    assert tier.used_bytes <= 4 * blob + BREAK_AFTER * blob  # before the breaker: 60 blocks over
+    refuse.on = False  # the disk recovers
+    for n in range(MAX_BACKOFF + 2):
+        store(cache, 64 + n)
+        assert cache.flush(10)
+        if tier.used_bytes <= 4 * blob:
+            break
+    assert n <= MAX_BACKOFF // 2 + 1  # the next probe came, and the pass after it made the room
+    assert not cache.slots[0].broken
+    _accounted(tier)
+    errors, rejected = cache.stats()["delete_errors"], cache.stats()["rejected"]
+    for i in range(100, 110):  # back to normal: each store evicts one block, none refused
+        store(cache, i)
+        assert cache.flush(10)
+        assert tier.used_bytes <= 4 * blob and cache.slots[0].used() == tier.used_bytes
+    assert (cache.stats()["delete_errors"], cache.stats()["rejected"]) == (errors, rejected)
+    assert not set(refuse.refused) & set(tier.store)  # every refused block left in the end
+    cache.close()
+
+
+def test_deletes_that_fail_now_and_then_never_open_the_breaker():
+    cache, tier, hook, blob = _full_tier(4)
+    for i in range(4, 60):
+        hook.bad = set(tier.keys()) if i % 2 else set()  # noqa: SIM118 (a Tier method)
+        store(cache, i)
+        assert cache.flush(10)
+    assert cache.stats()["rejected"] == 0 and cache.stats()["delete_errors"] > BREAK_AFTER
+    assert cache.slots[0].refusals < BREAK_AFTER
+    cache.close()
+
+
+def test_the_breaker_backs_off_by_doubling_to_its_cap_and_a_landed_delete_closes_it():
+    slot = Slot(0, MemoryTier(1 << 20), make_policy("lru"))
+    for _ in range(BREAK_AFTER - 1):
+        slot.deleted(refused=True)
+    assert slot.may_delete() and slot.may_delete()  # closed: every pass may delete
+    slot.deleted(refused=True)
+    allowed = [slot.may_delete() for _ in range(80)]
+    probes = [i for i, ok in enumerate(allowed) if ok]
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert probes[0] == 0 and gaps == [2, 3, 5, 9, *[MAX_BACKOFF + 1] * (len(gaps) - 4)]
+    slot.deleted(refused=False)
+    assert all(slot.may_delete() for _ in range(5)) and slot.backoff == slot.wait == 0
+
+
+def test_a_tenant_at_its_quota_on_a_dead_tier_is_refused_rather_than_held_over_it():
+    """Quota passes go through the breaker too: once open, the tenant's stores that need room
+    among its own blocks are refused (before: each store landed, its quota pass refused, and the
+    tenant held a block more per store)."""
+    blob = _blob({"a": {}})
+    refuse = Refuse()
+    refuse.on = False
+    tier = FakeSlowTier(1 << 20, on_call=refuse)
+    cache = cache_with([tier], {"a": {"quota": {"fake-slow": 4 * blob}}})
+    for i in range(4):
+        ask(cache, "a", one(i))
+        assert cache.flush(10)
+    refuse.on = True
+    for i in range(4, 64):
+        ask(cache, "a", one(i))
+        assert cache.flush(10)
+        assert cache.slots[0].tenant_used("a") <= 4 * blob + _refused_held(tier, refuse.refused)
+    assert cache.slots[0].broken and cache.stats()["delete_errors"] <= 2 * BREAK_AFTER + 60 // 4
+    assert cache.slots[0].tenant_used("a") <= 4 * blob + BREAK_AFTER * blob  # before: 64 blocks
+    refuse.on = False
+    for i in range(64, 64 + MAX_BACKOFF):
+        ask(cache, "a", one(i))
+        assert cache.flush(10)
+    assert cache.slots[0].tenant_used("a") == 4 * blob and not cache.slots[0].broken
+    assert cache.slots[0].used() == tier.used_bytes
+    cache.close()
