@@ -265,14 +265,18 @@ class RedisTier(BlobTier):
         self.round_trips += 1
         return run_pipeline(client, ops)
 
-    def load_many(self, keys: Sequence[Hashable], tokens: Sequence[bytes | None]) -> list[Block | None]:
+    def load_many(
+        self, keys: Sequence[Hashable], tokens: Sequence[bytes | None], unavailable: set[int] | None = None
+    ) -> list[Block | None]:
         kbs = [key_bytes(k) for k in keys]
         blobs = self._pipeline(("get", (self.prefix + kb,), {}) for kb in kbs)
-        if blobs is None:
-            return [None] * len(kbs)
+        if blobs is None:  # the server unreachable: every key unavailable, still charged
+            blobs = [ConnectionError("unreachable")] * len(kbs)
         out: list[Block | None] = []
         bad: list[bytes] = []
-        for kb, blob, want in zip(kbs, blobs, tokens):
+        for i, (kb, blob, want) in enumerate(zip(kbs, blobs, tokens)):
+            if isinstance(blob, _DOWN) and unavailable is not None:
+                unavailable.add(i)
             block = None
             if isinstance(blob, bytes):
                 try:
