@@ -16,7 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from ctxcache import ContextCache
+from ctxcache.engine.erasure import _verify
 from ctxcache.tiers import DiskTier, MemoryTier, RedisTier, Tier
+from ctxcache.tiers.fake import FakeSlowTier
 from tests.conftest import RedisServer, wait_cluster_ok
 
 from .tenancy_util import BS
@@ -143,4 +145,17 @@ def test_a_disk_read_error_is_a_miss_not_a_loss(tmp_path: Path):
     f.unlink()  # really gone: lost and pruned, as before
     assert hits(cache, [5]) == set()
     assert cache.stats()["lost"] == 1 and cache._engine.index.get(key) is None and key not in tier
+    cache.close()
+
+
+def test_erasure_is_not_verified_while_a_tier_holding_the_keys_is_unreachable():
+    slow = FakeSlowTier(1 << 20)
+    cache = ContextCache([MemoryTier(1 << 20), slow], block_size=BS)
+    slow.put(b"k" * 16, b"v")
+    assert not _verify(cache._engine, [b"k" * 16])  # readable: still stored
+    slow.down = True
+    assert not _verify(cache._engine, [b"k" * 16])  # before: True (a miss read as "erased")
+    slow.down = False
+    slow.delete(b"k" * 16)
+    assert _verify(cache._engine, [b"k" * 16])
     cache.close()
