@@ -16,6 +16,8 @@ from ctxcache.tiers import DiskTier, MemoryTier, RedisTier
 from ctxcache.tiers.base import BlockMeta
 from ctxcache.tiers.fake import FakeSlowTier
 from tests.conftest import wait_cluster_ok
+from tests.tiers.test_redis_pipeline import KEYS as PKEYS
+from tests.tiers.test_redis_pipeline import TOKENS, _agreed, moved_slot  # noqa: F401 - a fixture
 
 KEYS = [bytes([i + 1]) * 16 for i in range(24)]
 TOK = np.arange(4, dtype="<i4").tobytes()
@@ -91,3 +93,26 @@ def test_ram_and_fake_tiers():
     f.put(KEYS[0], b"v", BlockMeta(TOK))
     f.down = True
     assert f.load_many(KEYS[:1], [TOK], down) == [None] and down == {0} and KEYS[0] in f
+
+
+def test_a_read_answered_moved_is_unavailable_then_served_by_the_new_owner(moved_slot):  # noqa: F811 - the fixture
+    """A slot resharded with its keys: the first read reaches the old owner (MOVED), which is not
+    "absent": the block stays charged, and the refreshed topology serves it. Before: uncharged, lost."""
+    name, (nodes, slot, src, dst) = moved_slot
+    t = RedisTier(1 << 24, url=nodes[0].url.rsplit("/", 1)[0], cluster=True, prefix="mv:", retry_interval=0.05)
+    assert t.wait_ready()
+    key = PKEYS[7]
+    t.put(key, b"moved", BlockMeta(TOKENS))
+    sid = src.client().execute_command("CLUSTER", "MYID").decode()
+    did = dst.client().execute_command("CLUSTER", "MYID").decode()
+    dst.client().execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", sid)
+    src.client().execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", did)
+    src.client().execute_command("MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", name)
+    for node in [dst, src, *[n for n in nodes if n not in (src, dst)]]:
+        node.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", did)
+    _agreed(nodes, slot, dst)
+    down: set[int] = set()
+    assert t.load_many([key], [TOKENS], down) == [None] and down == {0} and key in t
+    got = t.load_many([key], [TOKENS], down)[0]
+    assert got is not None and got.payload == b"moved"
+    t.close()

@@ -6,8 +6,8 @@ nothing is slow and nothing may be missing from the index, ``finish`` there. Oth
 matched, release the lock, ``read`` from slow tiers and ``discover`` blocks persistent tiers hold
 that the index lacks; then under the lock again ``resolve`` (losses, discovered blocks,
 promotions, unpin) and ``finish``. A block its slow tier could not reach (``load_many``'s
-``unavailable``) is a miss but no loss: it stays indexed and charged, and is read again next time. One RAM tier of live objects takes ``finish_simple``, the hot
-path: one batch call per step.
+``unavailable``) is a miss but no loss: it stays indexed and charged, and is read again next
+time. One RAM tier of live objects takes ``finish_simple``, the hot path: one batch call per step.
 """
 
 from __future__ import annotations

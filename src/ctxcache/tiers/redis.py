@@ -34,7 +34,7 @@ from .base import key_bytes
 from .blob import BlobTier
 from .bloom import KeyFilter
 from .redis_cluster import DOWN as _DOWN
-from .redis_cluster import MasterDown, Masters, NoBackoff, Op, RedisCluster, Retry, run_pipeline
+from .redis_cluster import REDIRECT, MasterDown, Masters, NoBackoff, Op, RedisCluster, Retry, run_pipeline
 from .redis_cluster import redis_py as _redis
 
 SCAN_BATCH = 256  # keys whose headers are read in one pipeline
@@ -275,7 +275,8 @@ class RedisTier(BlobTier):
         out: list[Block | None] = []
         bad: list[bytes] = []
         for i, (kb, blob, want) in enumerate(zip(kbs, blobs, tokens)):
-            if isinstance(blob, _DOWN) and unavailable is not None:
+            away = isinstance(blob, _DOWN + REDIRECT)  # not reached (MOVED: stored on the slot's new owner)
+            if away and unavailable is not None:
                 unavailable.add(i)
             block = None
             if isinstance(blob, bytes):
@@ -284,7 +285,7 @@ class RedisTier(BlobTier):
                 except CorruptBlockError:
                     self.corrupt += 1
                     bad.append(kb)
-            if block is None and not isinstance(blob, _DOWN):
+            if block is None and not away:
                 self._charge(kb, None)  # gone (expired, evicted by the server) or bad
             out.append(None if block is None or (want is not None and block.tokens != want) else block)
         if bad:
