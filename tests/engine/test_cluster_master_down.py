@@ -1,6 +1,6 @@
 """A cache whose slow tier is a Redis Cluster keeps hitting the blocks on the healthy masters
-while one master is hung, and serves the hung master's blocks again once it is back (found again by
-discovery). Before, the first lookup that touched the hung master marked the whole tier down: every
+while one master is hung, and serves the hung master's blocks again once it is back (from the
+index: they were kept, see test_unavailable_tier.py). Before, the first lookup that touched the hung master marked the whole tier down: every
 lookup missed the slow tier, and each block it held was counted lost, until the master was back."""
 
 from __future__ import annotations
@@ -61,5 +61,5 @@ def test_lookups_hit_the_healthy_masters_blocks_while_one_master_is_hung(cluster
         os.kill(hung.proc.pid, signal.SIGCONT)
     wait_cluster_ok(redis_cluster)
     assert tier.wait_ready(5)
-    assert hits(cache, sorted(on_hung)) == on_hung  # back: found in Redis again
+    assert hits(cache, sorted(on_hung)) == on_hung  # back: served from Redis again
     cache.close()

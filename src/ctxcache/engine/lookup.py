@@ -5,8 +5,9 @@ Up to three phases. Under the lock: walk the index (hashing lazily, verifying to
 nothing is slow and nothing may be missing from the index, ``finish`` there. Otherwise pin what
 matched, release the lock, ``read`` from slow tiers and ``discover`` blocks persistent tiers hold
 that the index lacks; then under the lock again ``resolve`` (losses, discovered blocks,
-promotions, unpin) and ``finish``. One RAM tier of live objects takes ``finish_simple``, the hot
-path: one batch call per step.
+promotions, unpin) and ``finish``. A block its slow tier could not reach (``load_many``'s
+``unavailable``) is a miss but no loss: it stays indexed and charged, and is read again next
+time. One RAM tier of live objects takes ``finish_simple``, the hot path: one batch call per step.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def lookup(e: Engine, prompt: Prompt) -> Match:
             return finish(e, nodes, payloads, src, prompt, resolved=False)
         e.index.pin(nodes)  # held while the lock is released for I/O
     limit = throttle(e, nodes, reads, prompt.namespace.tenant)
-    read(e, nodes, payloads, reads, limit)
+    unavailable = read(e, nodes, payloads, reads, limit)
     cut = first_missing(payloads)
     discover = e.placement.persistent and cut < n_full and limit >= len(nodes)
     bucket = e.buckets.get(prompt.namespace.tenant) if discover else None
@@ -91,7 +92,7 @@ def lookup(e: Engine, prompt: Prompt) -> Match:
     if bucket is not None and found:
         bucket.charge(sum(block.nbytes for _, block in found))
     with e.lock:
-        resolve(e, nodes, payloads, src, found, prompt.namespace, limit)
+        resolve(e, nodes, payloads, src, found, prompt.namespace, limit, unavailable)
         return finish(e, nodes, payloads, src, prompt, resolved=True)
 
 
@@ -208,29 +209,37 @@ def plan(e: Engine, nodes: list[Node]) -> tuple[list[Any], list[int], dict[int, 
     return payloads, src, reads
 
 
-def read(e: Engine, nodes: list[Node], payloads: list[Any], reads: dict[int, list[int]], limit: int) -> None:
-    """Lock released: load from slow tiers. A failed block stays None in ``payloads``."""
+def read(e: Engine, nodes: list[Node], payloads: list[Any], reads: dict[int, list[int]], limit: int) -> set[int]:
+    """Lock released: load from slow tiers. A failed block stays None in ``payloads``. Returns the
+    positions of those whose tier could not be reached (unavailable: kept, not lost)."""
+    unavailable: set[int] = set()
     for t, idxs in reads.items():
         idxs = [i for i in idxs if i < limit]
         if not idxs:
             continue
-        blocks = e.slots[t].tier.load_many([nodes[i].key for i in idxs], [nodes[i].tokens for i in idxs])
+        down: set[int] = set()
+        blocks = e.slots[t].tier.load_many([nodes[i].key for i in idxs], [nodes[i].tokens for i in idxs], down)
+        unavailable.update(idxs[j] for j in down)
         for i, block in zip(idxs, blocks):
             if block is not None:
                 payloads[i] = block.payload
+    return unavailable
 
 
 def resolve(
     e: Engine, nodes: list[Node], payloads: list[Any], src: list[int], found: list[tuple[int, Block]], ns: Namespace,
-    limit: int,
+    limit: int, unavailable: set[int],
 ) -> None:  # fmt: skip
     """Under the lock again: record losses, index discovered blocks, promote, unpin. Blocks from
-    ``limit`` on were not loaded (throttled): misses, not losses."""
+    ``limit`` on were not loaded (throttled), and ``unavailable`` ones could not be reached (their
+    tier still holds and charges them): misses, not losses."""
     pl = e.placement
     pinned = list(nodes)
     cut = min(first_missing(payloads), limit)
     for i in range(cut, limit):
-        if payloads[i] is None:
+        if payloads[i] is None and i in unavailable:
+            e.counters.unavailable_misses += 1
+        elif payloads[i] is None:
             pl.lose(nodes[i], src[i])
     del nodes[cut:], payloads[cut:], src[cut:]
     for node, payload, t in _discovery.attach(pl, found, nodes[-1].key if nodes else ns.root, len(nodes), ns.tenant):

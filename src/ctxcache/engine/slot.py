@@ -50,6 +50,7 @@ class Counters:
     promotions: int = 0
     discovered: int = 0
     lost: int = 0
+    unavailable_misses: int = 0  # loads a slow tier could not reach: misses, not lost (lookup)
     repaired: int = 0
     write_errors: int = 0
     delete_errors: int = 0  # deletes a slow tier refused: the block stays stored and charged (placement)

@@ -37,6 +37,10 @@ _COUNTERS = {
     "promotions": ("ctxcache_promotions", "blocks copied up to a faster tier on a hit"),
     "demotions": ("ctxcache_demotions", "blocks moved down to a slower tier under pressure"),
     "lost": ("ctxcache_lost_blocks", "indexed blocks whose payload could not be loaded"),
+    "unavailable_misses": (
+        "ctxcache_unavailable_miss_blocks",
+        "indexed blocks missed because their tier was unreachable (kept, not lost)",
+    ),
     "demotions_skipped": ("ctxcache_demotions_skipped", "demotions given up (no room below, or a slow tier down)"),
     "repaired": ("ctxcache_repaired_blocks", "lost blocks stored again"),
     "write_errors": ("ctxcache_write_errors", "failed writes to a tier"),

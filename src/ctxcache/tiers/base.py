@@ -140,9 +140,17 @@ class Tier(ABC):
     def contains_many(self, keys: Iterable[Hashable]) -> list[bool]:
         return [k in self for k in keys]
 
-    def load_many(self, keys: Sequence[Hashable], tokens: Sequence[bytes | None]) -> list[Block | None]:
+    def load_many(
+        self, keys: Sequence[Hashable], tokens: Sequence[bytes | None], unavailable: set[int] | None = None
+    ) -> list[Block | None]:
         """Blocks for ``keys``; a block whose stored token bytes differ from ``tokens[i]`` (when
-        given) is a miss. Tiers that keep headers verify; live-object tiers trust the index."""
+        given) is a miss. Tiers that keep headers verify; live-object tiers trust the index.
+
+        ``unavailable``: where given, the tier adds the position of each miss it could not read
+        because its storage is unreachable right now (a Redis server or Cluster master down or hung,
+        a disk read failing with an I/O error): the block may still be stored, the tier keeps
+        charging it, and a later load may find it. Every other miss is absent or damaged (lost).
+        RAM tiers never add any."""
         return [None if p is None else Block(b"", b"", 0, b"", p, 0) for p in self.get_many(keys)]
 
     def might_contain_many(self, keys: Sequence[Hashable]) -> list[bool]:

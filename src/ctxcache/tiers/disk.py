@@ -176,10 +176,17 @@ class DiskTier(BlobTier):
             return None
 
     # --- the Tier interface -----------------------------------------------------------------------
-    def load_many(self, keys: Sequence[Hashable], tokens: Sequence[bytes | None]) -> list[Block | None]:
+    def load_many(
+        self, keys: Sequence[Hashable], tokens: Sequence[bytes | None], unavailable: set[int] | None = None
+    ) -> list[Block | None]:
         out: list[Block | None] = []
-        for key, want in zip(keys, tokens):
-            got = self._verified(key_bytes(key))
+        for i, (key, want) in enumerate(zip(keys, tokens)):
+            try:
+                got = self._verified(key_bytes(key))
+            except OSError:  # not "no such file" (a miss): EIO, EACCES, a stale mount; the file may be intact
+                got = None
+                if unavailable is not None:
+                    unavailable.add(i)
             out.append(None if got is None or (want is not None and got[0].tokens != want) else got[0])
         return out
 

@@ -70,12 +70,19 @@ class FakeSlowTier(_Recorded, BlobTier):
     def healthy(self) -> bool:
         return not self.down
 
-    def load_many(self, keys: Sequence[Hashable], tokens: Sequence[bytes | None]) -> list[Block | None]:
+    def load_many(
+        self, keys: Sequence[Hashable], tokens: Sequence[bytes | None], unavailable: set[int] | None = None
+    ) -> list[Block | None]:
         self._call("load_many", keys)
         out: list[Block | None] = []
-        for key, want in zip(keys, tokens):
+        for i, (key, want) in enumerate(zip(keys, tokens)):
             kb = key_bytes(key)
-            blob = None if self.down or key in self.lose else self.store.get(kb)
+            if self.down:  # unreachable, as a Redis server down: a miss, still stored and charged
+                if unavailable is not None:
+                    unavailable.add(i)
+                out.append(None)
+                continue
+            blob = None if key in self.lose else self.store.get(kb)
             block = None
             if blob is not None:
                 try:

@@ -112,7 +112,9 @@ class MemoryTier(Tier):
             return [shards[hash(k) % 241].get(k) for k in keys]
         return [self.get(k) for k in keys]
 
-    def load_many(self, keys: Sequence[Hashable], tokens: Sequence[bytes | None]) -> list[Block | None]:
+    def load_many(
+        self, keys: Sequence[Hashable], tokens: Sequence[bytes | None], unavailable: set[int] | None = None
+    ) -> list[Block | None]:
         if self.codec is None:
             return super().load_many(keys, tokens)
         out: list[Block | None] = []

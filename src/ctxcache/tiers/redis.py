@@ -34,7 +34,7 @@ from .base import key_bytes
 from .blob import BlobTier
 from .bloom import KeyFilter
 from .redis_cluster import DOWN as _DOWN
-from .redis_cluster import MasterDown, Masters, NoBackoff, Op, RedisCluster, Retry, run_pipeline
+from .redis_cluster import REDIRECT, MasterDown, Masters, NoBackoff, Op, RedisCluster, Retry, run_pipeline
 from .redis_cluster import redis_py as _redis
 
 SCAN_BATCH = 256  # keys whose headers are read in one pipeline
@@ -265,14 +265,19 @@ class RedisTier(BlobTier):
         self.round_trips += 1
         return run_pipeline(client, ops)
 
-    def load_many(self, keys: Sequence[Hashable], tokens: Sequence[bytes | None]) -> list[Block | None]:
+    def load_many(
+        self, keys: Sequence[Hashable], tokens: Sequence[bytes | None], unavailable: set[int] | None = None
+    ) -> list[Block | None]:
         kbs = [key_bytes(k) for k in keys]
         blobs = self._pipeline(("get", (self.prefix + kb,), {}) for kb in kbs)
-        if blobs is None:
-            return [None] * len(kbs)
+        if blobs is None:  # the server unreachable: every key unavailable, still charged
+            blobs = [ConnectionError("unreachable")] * len(kbs)
         out: list[Block | None] = []
         bad: list[bytes] = []
-        for kb, blob, want in zip(kbs, blobs, tokens):
+        for i, (kb, blob, want) in enumerate(zip(kbs, blobs, tokens)):
+            away = isinstance(blob, _DOWN + REDIRECT)  # not reached (MOVED: stored on the slot's new owner)
+            if away and unavailable is not None:
+                unavailable.add(i)
             block = None
             if isinstance(blob, bytes):
                 try:
@@ -280,7 +285,7 @@ class RedisTier(BlobTier):
                 except CorruptBlockError:
                     self.corrupt += 1
                     bad.append(kb)
-            if block is None and not isinstance(blob, _DOWN):
+            if block is None and not away:
                 self._charge(kb, None)  # gone (expired, evicted by the server) or bad
             out.append(None if block is None or (want is not None and block.tokens != want) else block)
         if bad:
