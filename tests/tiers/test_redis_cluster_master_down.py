@@ -20,7 +20,9 @@ from tests.conftest import RedisServer, wait_cluster_ok
 KEYS = [bytes([i]) * 16 for i in range(60)]
 TOKENS = np.arange(4, dtype="<i4").tobytes()
 PREFIX = b"md:"
-TIMEOUT = 0.2  # long enough that "waited on a hung master" and "did not" are far apart
+# Long enough that "waited on a hung master" and "did not" stay far apart on a loaded machine (a
+# batch that does not wait takes a few ms; at 0.2 s the bounds below failed once under load).
+TIMEOUT = 1.0
 
 
 @pytest.fixture
@@ -59,7 +61,7 @@ def test_one_master_paused_misses_only_its_keys_and_only_the_first_batch_waits(c
     try:
         served, first = _timed_load(t)
         assert served == set(KEYS) - on_hung  # before: nothing (the batch stopped at the hung master)
-        assert first < TIMEOUT + 0.3  # one timeout at most, plus the round trips
+        assert first < 1.9 * TIMEOUT  # one timeout at most, plus the round trips
         assert t.healthy and t.masters_down == [f"127.0.0.1:{hung.port}"]
         assert t.stats()["masters_down"] == t.masters_down
         for _ in range(5):  # the hung master is not waited on again
@@ -88,7 +90,7 @@ def test_two_masters_paused_cost_one_timeout_not_two(cluster):
     try:
         served, first = _timed_load(t)
         assert served == only
-        assert first < 1.5 * TIMEOUT  # the masters are asked at once (one after the other: 2 timeouts)
+        assert first < 1.9 * TIMEOUT  # the masters are asked at once (one after the other: 2 timeouts)
         assert t.healthy and t.masters_down == sorted(f"127.0.0.1:{n.port}" for n in hung)
         served, took = _timed_load(t)
         assert served == only and took < TIMEOUT / 2
@@ -107,7 +109,7 @@ def test_every_master_paused_is_a_tier_down_then_reconnected(cluster):
         os.kill(node.proc.pid, signal.SIGSTOP)
     try:
         served, first = _timed_load(t)
-        assert served == set() and first < 1.5 * TIMEOUT
+        assert served == set() and first < 1.9 * TIMEOUT
         assert not t.healthy  # nothing left to serve: the tier answers at once until it reconnects
         served, took = _timed_load(t)
         assert served == set() and took < TIMEOUT / 2
