@@ -55,7 +55,7 @@ def test_lookups_hit_the_healthy_masters_blocks_while_one_master_is_hung(cluster
         t0 = time.monotonic()
         assert hits(cache, list(range(N))) == set(range(N)) - on_hung  # before: none
         took = time.monotonic() - t0
-        assert took < 0.2 + 0.5  # one timeout (the first lookup on the hung master), not one per lookup
+        assert took < 0.2 + 1.0  # one timeout (the first lookup on the hung master), not one per lookup (~N/3)
         assert tier.healthy and tier.masters_down == [f"127.0.0.1:{hung.port}"]
     finally:
         os.kill(hung.proc.pid, signal.SIGCONT)
