@@ -237,10 +237,13 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
                 pts = sorted((r["ef_search"], r[key]) for r in rows if r["n"] == n and r["queries"] == kind)
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", label=f"n={n:,} {kind}")
         ax.set(xscale="log", xlabel="ef_search", ylabel=label, title=label)
+        ax.minorticks_off()
         ax.set_xticks(sorted({r["ef_search"] for r in rows}), [str(e) for e in sorted({r["ef_search"] for r in rows})])
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("ctxcache HnswIndex (M=16, efConstruction=100) vs exact search, 384-d embedding-like mixture")
+    rank = rows[0].get("noise_rank", 0)
+    noise = f"rank-{rank} within-topic noise" if rank else "isotropic noise"
+    fig.suptitle(f"ctxcache HnswIndex (M=16, efConstruction=100) vs exact search, 384-d Zipf mixture, {noise}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
