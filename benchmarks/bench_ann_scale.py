@@ -9,8 +9,11 @@ Vectors (synthetic: embedding 10^6 texts with MiniLM on 2 cores takes days): 384
 shaped like sentence embeddings: a shared direction (sentence embeddings are anisotropic: unrelated
 texts sit at cosine ~0.1), a topic centre and a subtopic centre, both Zipf-popular (s=1.1), plus
 noise; weights give expected cosine ~0.1 between unrelated entries, ~0.4 within a topic and ~0.65
-within a subtopic, so popular subtopics are large dense blobs of near-equidistant entries (many
-wordings of one question): the hard case for a graph index. Queries, 1,000 of each kind:
+within a subtopic, so popular subtopics are large dense blobs (many wordings of one question). The
+noise is isotropic (``--rank 0``: entries of a blob near-equidistant, the hard case for a graph
+index) or, with ``--rank R``, 90 % (of its squared norm) in an R-dimensional subspace per topic:
+entries vary along few directions, as embeddings of related texts do (low intrinsic dimension).
+Queries, 1,000 of each kind:
 - ``near_dup``: a stored entry (drawn uniformly over entries, so popular topics are asked more)
   rotated to cosine uniform in [0.86, 0.98] with it: a paraphrase the cache should serve
   (0.86 is the default threshold);
@@ -23,9 +26,11 @@ the index's 8: the cache then still serves it), latency per query (wall p50/p99 
 ef values interleaved over rounds so machine load hits them alike), beside exact search (numpy
 matrix-vector, what ``ExactIndex.search`` does) in the same run. Per size: build seconds (wall, CPU),
 the index's own ``nbytes()`` and the process's RSS growth over the build.
-Writes benchmarks/results/ann_scale.json and ann_scale.png after each size, prints one JSON line.
-Run: .venv/bin/python benchmarks/bench_ann_scale.py [--sizes 100000,1000000] [--ef 64,128,256,512]
-(10^6: ~20 min of one core to build, peak RSS ~5 GB; --workdir keeps built indexes for a rerun.)
+``--ef auto`` measures the index's default (``scaled_ef`` of the size) beside the fixed values.
+Writes benchmarks/results/<--out>.json and .png after each size, prints one JSON line. Run:
+.venv/bin/python benchmarks/bench_ann_scale.py [--sizes 100000,1000000] [--ef 64,128,256,512] [--rank 16]
+(10^6: ~10 min of one core to build (21 min wall on a busy 2-core machine), peak RSS 4 GB;
+--workdir keeps built graphs, 1.7 GB at 10^6, and a rerun loads them instead of building.)
 """
 
 from __future__ import annotations
@@ -173,7 +178,7 @@ def measure(ix: HnswIndex, qsets: dict[str, tuple[np.ndarray, np.ndarray, np.nda
     found: dict[tuple[int, str], list[Any]] = {}
     for r in range(rounds):
         for ef in efs if r % 2 == 0 else efs[::-1]:  # interleaved, alternating order
-            ix.ef_search = ef
+            ix.ef_search = ef or None  # 0: the index's own rule, scaled_ef(n)
             for kind, (qs, _, _) in qsets.items():
                 got, ms, c = timed(lambda q: ix.search(q, CANDIDATES), qs)
                 wall.setdefault((ef, kind), []).append(ms)
@@ -182,10 +187,11 @@ def measure(ix: HnswIndex, qsets: dict[str, tuple[np.ndarray, np.ndarray, np.nda
     rows = []
     for (ef, kind), got in found.items():
         ms = np.concatenate(wall[(ef, kind)])
-        rows.append({"ef_search": ef, "queries": kind, **scores(got, qsets[kind][1], qsets[kind][2]),
+        ix.ef_search = ef or None
+        rows.append({"ef_search": ix.ef_search, "ef_rule": "fixed" if ef else "scaled_ef", "queries": kind, **scores(got, qsets[kind][1], qsets[kind][2]),
                      "p50_ms": round(float(np.percentile(ms, 50)), 3), "p99_ms": round(float(np.percentile(ms, 99)), 3),
                      "cpu_ms": round(float(np.median(cpu[(ef, kind)])), 3)})  # fmt: skip
-    return sorted(rows, key=lambda r: (r["queries"], r["ef_search"]))
+    return sorted(rows, key=lambda r: (r["queries"], r["ef_rule"], r["ef_search"]))
 
 
 def exact_latency(data: np.ndarray, queries: np.ndarray) -> dict[str, float]:
@@ -231,6 +237,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         (f"recall_at_{CANDIDATES}", f"recall@{CANDIDATES}"),
         ("p50_ms", "p50 ms/query"),
     )
+    rows = [r for r in rows if r.get("ef_rule", "fixed") == "fixed"]
     for ax, (key, label) in zip(axes, keys):
         for n in sorted({r["n"] for r in rows}):
             for kind, style in (("near_dup", "-"), ("fresh", "--")):
@@ -251,14 +258,14 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="100000,1000000")
-    ap.add_argument("--ef", default="64,128,256,512")
+    ap.add_argument("--ef", default="64,128,256,512", help="values; 'auto': the index's default rule")
     ap.add_argument("--queries", type=int, default=1000, help="per kind (near_dup, fresh)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workdir", default=None, help="keep built graphs here; a rerun loads them")
     ap.add_argument("--rank", type=int, default=0, help="entries vary in a rank-R subspace per topic (0: isotropic)")
     ap.add_argument("--out", default="ann_scale.json")
     args = ap.parse_args()
-    efs = [int(e) for e in args.ef.split(",")]
+    efs = [0 if e == "auto" else int(e) for e in args.ef.split(",")]
     workdir = None if args.workdir is None else Path(args.workdir)
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
@@ -267,7 +274,7 @@ def main() -> None:
         rows += run_size(n, args.queries, efs, args.rounds, args.rank, workdir)
         (OUT / args.out).write_text(json.dumps(rows, indent=1))
         plot(rows, (OUT / args.out).with_suffix(".png"))
-    summary = {f"{r['queries']}@{r['n']}/ef{r['ef_search']}": [r["recall_at_1"], r[f"recall_at_{CANDIDATES}"], r["p50_ms"]]
+    summary = {f"{r['queries']}@{r['n']}/ef{r['ef_search']}{'(auto)' if r.get('ef_rule') == 'scaled_ef' else ''}": [r["recall_at_1"], r[f"recall_at_{CANDIDATES}"], r["p50_ms"]]
                for r in rows}  # fmt: skip
     print(json.dumps({"bench": "ann_scale", "fields": ["recall@1", f"recall@{CANDIDATES}", "p50_ms"], **summary}))
 
