@@ -105,7 +105,8 @@ def scaled_ef(n: int) -> int:
 
 
 class HnswIndex:
-    """hnswlib HNSW (inner product) with in-place deletes and doubling capacity."""
+    """hnswlib HNSW (inner product) with in-place deletes and doubling capacity; ef_search is
+    ``scaled_ef`` of the live entries unless fixed."""
 
     def __init__(self, dim: int, *, m: int = 16, ef_construction: int = 100, ef_search: int | None = None) -> None:
         try:
