@@ -58,12 +58,12 @@ def log(msg: str) -> None:
 
 
 def unit(x: np.ndarray) -> np.ndarray:
-    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+    return np.asarray(x / np.linalg.norm(x, axis=-1, keepdims=True), dtype=np.float32)
 
 
 def zipf(k: int) -> np.ndarray:
     p = 1.0 / np.arange(1, k + 1) ** ZIPF
-    return p / p.sum()
+    return np.asarray(p / p.sum())
 
 
 class Mixture:

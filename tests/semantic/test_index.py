@@ -11,7 +11,7 @@ from ctxcache.semantic.index import scaled_ef
 
 def _unit(rng: np.random.Generator, n: int, dim: int = 8) -> np.ndarray:
     x = rng.standard_normal((n, dim)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
+    return np.asarray(x / np.linalg.norm(x, axis=1, keepdims=True), dtype=np.float32)
 
 
 def test_scaled_ef_is_64_for_small_partitions_then_grows_as_sqrt_n_up_to_512() -> None:
