@@ -118,11 +118,18 @@ mutate-known: install
 # The semantic cache: precision per threshold and latency at 10^4/10^5 entries (~3 min on 2 idle
 # cores; the latency part alone: --latency-only, run it on an idle machine), then the ANN libraries
 # side by side at 10^4 and 10^6 vectors (benchmark-only packages; 10^6 needs ~5.5 GB RAM, ~5 GB of
-# disk for the built indexes, ~35 min of CPU: 47 min wall on a shared 2-core machine).
+# disk for the built indexes, ~35 min of CPU: 47 min wall on a shared 2-core machine). Then the
+# cache's own HNSW index vs exact search per partition size and ef_search, both noise models
+# (each ~12 min of CPU to build, 4.1 GB RAM, 1.9 GB of kept graphs in build/ann-scale that the
+# second command of each pair loads instead of building).
 bench-semantic: install
 	$(BIN)/pip install -q usearch==2.26.6 numkong==7.8.6 faiss-cpu==1.15.1
 	$(BIN)/python benchmarks/bench_semantic.py
 	$(BIN)/python benchmarks/bench_ann.py --sizes 10000,1000000
+	$(BIN)/python benchmarks/bench_ann_scale.py --workdir build/ann-scale
+	$(BIN)/python benchmarks/bench_ann_scale.py --workdir build/ann-scale --ef 512,1024,auto --out ann_scale_auto.json
+	$(BIN)/python benchmarks/bench_ann_scale.py --workdir build/ann-scale --rank 16 --out ann_scale_lowrank.json
+	$(BIN)/python benchmarks/bench_ann_scale.py --workdir build/ann-scale --rank 16 --ef 512,1024,auto --out ann_scale_lowrank_auto.json
 
 # Retention, KV precision and truncation quality on the real model (~40 min on 2 busy cores).
 bench-retention: install

@@ -11,11 +11,14 @@ dependency.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Protocol
 
 import numpy as np
 
 from ..errors import ConfigError, MissingDependencyError
+
+EF_FLOOR, EF_FLOOR_UNTIL, EF_CAP = 64, 4096, 512
 
 
 class VectorIndex(Protocol):
@@ -91,10 +94,21 @@ class ExactIndex:
         return int(self._rows.nbytes)
 
 
-class HnswIndex:
-    """hnswlib HNSW (inner product) with in-place deletes and doubling capacity."""
+def scaled_ef(n: int) -> int:
+    """ef_search for an HNSW partition of ``n`` entries: 64 up to 4,096 (where ``AutoIndex`` switches
+    to HNSW), then x2 per x4 entries (as sqrt(n)), at most 512. Why: at a fixed ef the share of
+    lookups whose nearest entry the graph misses grows with the partition (ef 64 missed a paraphrased
+    entry for 4-5 % of near-duplicate queries at 10^5 entries, 26 % at 10^6); each doubling of ef cut
+    that, at well under the ~10 ms a lookup spends embedding (benchmarks/bench_ann_scale.py, figures
+    and the cap's reason in docs/semantic-cache.md)."""
+    return min(EF_CAP, max(EF_FLOOR, round(EF_FLOOR * math.sqrt(n / EF_FLOOR_UNTIL))))
 
-    def __init__(self, dim: int, *, m: int = 16, ef_construction: int = 100, ef_search: int = 64) -> None:
+
+class HnswIndex:
+    """hnswlib HNSW (inner product) with in-place deletes and doubling capacity; ef_search is
+    ``scaled_ef`` of the live entries unless fixed."""
+
+    def __init__(self, dim: int, *, m: int = 16, ef_construction: int = 100, ef_search: int | None = None) -> None:
         try:
             import hnswlib
         except ImportError as exc:  # pragma: no cover - the semantic extra is missing
@@ -103,10 +117,21 @@ class HnswIndex:
         self._ix: Any = hnswlib.Index(space="ip", dim=dim)
         self._ix.init_index(max_elements=1024, M=m, ef_construction=ef_construction, random_seed=7,
                             allow_replace_deleted=True)  # fmt: skip
-        self._ix.set_ef(ef_search)
+        self.ef_search = ef_search  # None: scaled_ef(len(self)) at each search
         self._ix.set_num_threads(1)  # one query per request; the cache's callers supply parallelism
         self._live: set[int] = set()
         self._deleted = 0
+
+    @property
+    def ef_search(self) -> int:
+        """The ef a search of ``k`` <= ef neighbours uses now: fixed, or scaled to the live entries."""
+        return self._ef_fixed if self._ef_fixed is not None else scaled_ef(len(self._live))
+
+    @ef_search.setter
+    def ef_search(self, ef: int | None) -> None:
+        if ef is not None and (isinstance(ef, bool) or not isinstance(ef, int) or ef < 1):
+            raise ConfigError(f"ef_search must be a positive integer or None (scaled to size), got {ef!r}")
+        self._ef_fixed = ef
 
     def add(self, label: int, vector: np.ndarray) -> None:
         v = _check(vector, self.dim)
@@ -130,7 +155,9 @@ class HnswIndex:
             return []
         v = _check(vector, self.dim)
         k = min(k, len(self._live))
-        self._ix.set_ef(max(k, self._ix.ef))
+        ef = max(k, self.ef_search)  # hnswlib needs ef >= k
+        if ef != self._ix.ef:
+            self._ix.set_ef(ef)
         labels, dists = self._ix.knn_query(v[None, :], k=k)
         return [(int(lab), 1.0 - float(d)) for lab, d in zip(labels[0], dists[0])]  # ip distance = 1 - <a, b>
 
