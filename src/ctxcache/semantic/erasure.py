@@ -59,7 +59,7 @@ def _erase_stored(cache: SemanticCache, tenant: str, rounds: int = 3) -> tuple[i
         with cache._lock:
             for key in found:
                 if not cache._drop(key, "erased"):  # not in memory: only the record
-                    cache._store.delete(key)
+                    cache._store.delete(key, erase=True)
                     cache.counts["erased"] += 1
         deleted += len(found)
     return deleted, False
