@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..config import parse_duration, parse_size
 from ..errors import ConfigError, SemanticInputError
+from ..observability.exporter import SemanticCollector
 from ..semantic import DEFAULT_THRESHOLD, EntryStore, HashingEmbedder, SemanticCache
 from .deps import APIError
 from .routes_admin import require_admin
@@ -103,6 +104,7 @@ def build_semantic(
 def install(app: FastAPI, cache: SemanticCache, settings: Settings) -> None:
     """Put the hook in front of the chat routes and mount the admin routes (before the app starts)."""
     app.state.semantic = cache
+    app.state.ctx.metrics.registry.register(SemanticCollector(cache.stats))  # the public /metrics
     app.add_middleware(SemanticMiddleware, cache=cache, settings=settings)
     app.include_router(router)
 
