@@ -61,6 +61,8 @@ def test_a_replica_stops_serving_an_erased_entry_and_a_new_one_never_loads_it(re
     assert c.get(e.id) is None and not served(c, FR) and served(c, JP)
     raw.execute_command("ACL", "SETUSER", "default", "+del")
     assert a.erased_verified(e.id) and not raw.exists(b"t1:" + e.id)
+    until = raw.zscore(b"ctxtomb@t1:", e.id)  # the delete landed on the retry: days -> the 10-minute linger
+    assert until is not None and time.time() + 590 < until < time.time() + 601
 
 
 def test_a_delete_requested_while_redis_is_unreachable_writes_its_tombstone_on_the_retry(redis_factory, made):

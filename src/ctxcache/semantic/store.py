@@ -184,10 +184,8 @@ class EntryStore:
             keys, done = self.pending.keys(), []
             for i in range(0, len(keys), _BATCH):
                 batch = keys[i : i + _BATCH]
-                if self.tombs is not None:
-                    marked = self.tombs.mark(batch)
-                    if marked is None:
-                        break  # no tombstone, no delete: a replica must learn of it before the record goes
+                # Best effort: a record deleted without a tombstone still cannot come back at a start-up
+                if self.tombs is not None and (marked := self.tombs.mark(batch)) is not None:
                     self._known.update(dict.fromkeys(batch, marked))
                 try:
                     self.tier.delete_many(batch)
@@ -217,7 +215,9 @@ class EntryStore:
             stale = now - self._synced_at > self.tombs.linger - self.sync_interval - self.tombs.skew
             new = frozenset(k for k, until in live.items() if self._known.get(k) != until)  # a rewrite: news too
             self._known = {k: u for k, u in self._known.items() if u > wall} | live
-            self._synced_at, self._read_wall = now, wall
+            self._read_wall = wall
+            if not stale:  # else it stays stale until a full read (``scan``) succeeds
+                self._synced_at = now
             self.syncs += 1
         return new, stale
 

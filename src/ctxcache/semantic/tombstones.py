@@ -41,8 +41,9 @@ class Tombstones:
         res = self.tier._pipeline(ops)  # the tier owns the connection and its health
         bad = None if res is None else next((r for r in res if isinstance(r, BaseException)), None)
         if res is None or bad is not None:
-            self.errors += 1
-            log.warning("semantic store: tombstones at %r not reachable: %s", self.key, bad or "server unreachable")
+            self.errors += 1  # unreachable: the tier logs its outage once; a refusal is news every time
+            (log.debug if bad is None else log.warning)("semantic store: tombstones at %r: %s", self.key,
+                                                        bad or "server unreachable")  # fmt: skip
             return None
         return res
 
