@@ -176,3 +176,21 @@ def test_a_sync_reads_only_the_tombstones_written_since_the_last_one(redis_facto
         b.sweep()
     assert b.stats()["tombstones_read"] == read  # three more syncs: nothing new, nothing read
     assert server.client().zcard(b"ctxtomb@t7:") == 40
+
+
+def test_a_tenant_erasure_tombstones_its_entries_in_batches_and_every_replica_drops_them(redis_factory, made):
+    server = redis_factory()
+    a = replica(made, server.url, "t8:")
+    for i in range(40):
+        a.store(q(f"What is the capital of country number {i}?"), {"n": i})
+    a.store(q(FR, tenant="t2"), {"text": "Paris"})
+    b = replica(made, server.url, "t8:")
+    trips = a._store.tier.round_trips
+    out = a.erase_tenant("t1")
+    assert out["verified"] is True and out["erased"] == 40
+    assert a._store.tier.round_trips - trips <= 8  # tombstones, DEL and linger: one round trip each for 40
+    assert server.client().zcard(b"ctxtomb@t8:") == 40
+    time.sleep(SYNC * 1.5)
+    b.sweep()
+    assert b.stats()["entries"] == 1 and b.stats()["erased_elsewhere"] == 40
+    assert b.lookup(q(FR, tenant="t2")).hit is not None

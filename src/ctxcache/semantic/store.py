@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import ConfigError, TierUnavailableError
+from ..errors import ConfigError, DeleteFailedError, TierUnavailableError
 from ..tiers import DiskTier, MemoryTier, RedisTier, Tier
 from .pending import PendingDeletes
 from .tombstones import Tombstones
@@ -150,22 +150,44 @@ class EntryStore:
     def delete(self, key: bytes, *, erase: bool = False) -> bool:
         """True if the record was there and is gone. A delete that may not have landed is kept in
         ``pending`` (and retried) before this returns False. ``erase``: other processes must drop
-        the entry too, so a tombstone is written first (one more round trip, erasures only)."""
+        the entry too (see ``erase_many``)."""
+        if erase and self.tombs is not None:
+            return self.erase_many([key]) == 1
         self.retry()
-        marked = self.tombs.mark([key]) if erase and self.tombs is not None else None
-        if marked is not None:
-            with self._lock:
-                self._known[key] = marked  # ours: not news at the next sync; a put of the key clears it
         try:
-            gone = self.tier.delete(key)
+            return self.tier.delete(key)
         except (TierUnavailableError, OSError) as exc:
             with self._lock:
                 self.pending.add([key])
             log.warning("semantic store: delete of %s failed, kept for retry: %s", key.hex(), exc)
             return False
-        if marked is not None and self.tombs is not None:
-            self._settled([key], self.tombs.settle([key]))
-        return gone
+
+    def erase_many(self, keys: list[bytes]) -> int:
+        """Delete erased entries' records, each batch tombstoned first (Redis; three round trips a
+        batch: tombstone, DEL, shorten to the linger); the records deleted. Failed deletes are
+        kept in ``pending``, as ``delete`` keeps them."""
+        if self.tombs is None:
+            return sum(self.delete(k) for k in keys)
+        self.retry()
+        deleted = 0
+        for i in range(0, len(keys), _BATCH):
+            batch = keys[i : i + _BATCH]
+            marked = self.tombs.mark(batch)
+            with self._lock:
+                self._known.update(dict.fromkeys(batch if marked is not None else [], marked or 0.0))
+            try:
+                deleted += self.tier.delete_many(batch)
+                landed = batch
+            except (TierUnavailableError, OSError) as exc:
+                failed = set(exc.failed) if isinstance(exc, DeleteFailedError) else set(batch)
+                deleted += exc.deleted if isinstance(exc, DeleteFailedError) else 0
+                landed = [k for k in batch if k not in failed]
+                with self._lock:
+                    self.pending.add([k for k in batch if k in failed])
+                log.warning("semantic store: %d of %d deletes failed, kept for retry: %s", len(failed), len(batch), exc)
+            if marked is not None and landed:
+                self._settled(landed, self.tombs.settle(landed))
+        return deleted
 
     def _settled(self, keys: list[bytes], until: float | None) -> None:
         if until is not None:
