@@ -77,6 +77,7 @@ class EntryStore:
         self.sync_interval, self._known = sync_interval, dict[bytes, float]()  # live tombstones -> expiry
         self._sync_at = self._synced_at = clock()
         self._read_wall: float | None = None  # the wall-clock time of the last read of the tombstones
+        self._prune_at = 0.0  # wall-clock time: when ``_known`` is next cleared of expired tombstones
         self.syncs = 0
 
     @classmethod
@@ -236,7 +237,9 @@ class EntryStore:
                 return frozenset(), False
             stale = now - self._synced_at > self.tombs.linger - self.sync_interval - self.tombs.skew
             new = frozenset(k for k, until in live.items() if self._known.get(k) != until)  # a rewrite: news too
-            self._known = {k: u for k, u in self._known.items() if u > wall} | live
+            self._known.update(live)
+            if wall >= self._prune_at:  # not every sync: O(tombstones held), and an expired one is harmless
+                self._known, self._prune_at = {k: u for k, u in self._known.items() if u > wall}, wall + 60.0
             self._read_wall = wall
             if not stale:  # else it stays stale until a full read (``scan``) succeeds
                 self._synced_at = now
