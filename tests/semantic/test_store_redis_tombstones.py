@@ -194,3 +194,16 @@ def test_a_tenant_erasure_tombstones_its_entries_in_batches_and_every_replica_dr
     b.sweep()
     assert b.stats()["entries"] == 1 and b.stats()["erased_elsewhere"] == 40
     assert b.lookup(q(FR, tenant="t2")).hit is not None
+
+
+def test_tombstones_on_a_redis_cluster(redis_cluster, made):
+    url = redis_cluster[0].url.rsplit("/", 1)[0]
+    a = replica(made, url, "tc:", cluster=True)
+    ids = [e.id for i in range(12) if (e := a.store(q(f"What is the capital of country number {i}?"), {"n": i}))]
+    b = replica(made, url, "tc:", cluster=True)
+    assert b.stats()["entries"] == 12  # records spread over the masters, listed from each
+    assert a.erase_tenant("t1")["verified"] is True
+    time.sleep(SYNC * 1.5)
+    b.sweep()
+    assert b.stats()["entries"] == 0 and b.stats()["erased_elsewhere"] == 12
+    assert all(b.get(eid) is None for eid in ids) and b.stats()["tombstone_errors"] == 0
