@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from ctxcache.errors import ConfigError
 from ctxcache.semantic import EntryStore, HashingEmbedder, SemanticCache
 from ctxcache.tiers import RedisTier
 
@@ -207,3 +208,10 @@ def test_tombstones_on_a_redis_cluster(redis_cluster, made):
     b.sweep()
     assert b.stats()["entries"] == 0 and b.stats()["erased_elsewhere"] == 12
     assert all(b.get(eid) is None for eid in ids) and b.stats()["tombstone_errors"] == 0
+
+
+@pytest.mark.parametrize("bad", ["2s", 0, -1.0, True, None])
+def test_a_bad_sync_interval_is_a_config_error(redis_factory, bad):
+    server = redis_factory()
+    with pytest.raises(ConfigError, match="sync_interval"):
+        EntryStore.from_config({"kind": "redis", "url": server.url, "sync_interval": bad})

@@ -121,10 +121,13 @@ class EntryStore:
             return cls.disk(spec["path"], fsync=bool(spec.get("fsync", True)))
         if kind == "redis":
             journal = None if spec.get("journal") is None else str(spec["journal"])
+            sync = spec.get("sync_interval", 2.0)
+            if isinstance(sync, bool) or not isinstance(sync, (int, float)):
+                raise ConfigError(f"a semantic redis store's sync_interval must be a number of seconds, got {sync!r}")
             return cls.redis(
                 str(spec.get("url", "redis://127.0.0.1:6379/0")), prefix=str(spec.get("prefix", "ctxsem:")),
                 journal=journal, max_pending=spec.get("max_pending", 100_000),
-                sync_interval=float(spec.get("sync_interval", 2.0)),
+                sync_interval=float(sync),
             )  # fmt: skip
         if kind == "memory":
             return cls.memory()
