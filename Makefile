@@ -52,6 +52,7 @@ bench: install redis-server
 	$(BIN)/python benchmarks/seed_claims.py
 	$(BIN)/python benchmarks/bench_observability.py
 	$(BIN)/python benchmarks/bench_dead_tier_deletes.py
+	$(BIN)/python benchmarks/bench_semantic_tombstones.py
 
 # The index growing to millions of blocks, today's tree against the one before the sharding
 # (ff0c450), each in its own process (~20 min each), then the LRU order's structures alone

@@ -23,11 +23,11 @@ def _names(text: str) -> set[str]:
 
 
 def served(monkeypatch) -> tuple[set[str], set[str]]:
-    """Series names a server with one memory tier serves after two requests (histograms with their
+    """Series names a server with one memory tier (and a semantic cache) serves after two requests (histograms with their
     _bucket/_sum/_count, counters with _total): on the public /metrics, and on the admin-only
     /v1/admin/metrics. No public sample may carry a tenant label."""
     monkeypatch.setenv("CTXCACHE_ADMIN_KEY", "adm-docs-test")
-    with serve() as c:
+    with serve(semantic={"tenants": "*", "embedder": "hashing", "store": {"kind": "memory"}}) as c:
         for _ in range(2):  # the second is a hit: series labelled by serving tier appear
             assert c.post("/v1/chat/completions", json=chat("hello " * 30)).status_code == 200
         public = c.get("/metrics").text

@@ -43,5 +43,5 @@ def test_tenant_erasure_is_unverified_while_a_redis_delete_is_pending(redis_fact
         assert again["verified"] is True and again["pending_deletes"] == 0
         stats = c.get("/v1/admin/semantic/stats", headers=ADMIN).json()
         assert stats["entries"] == 0 and stats["failed_deletes"] == 1 and stats["retried_deletes"] == 1
-        assert server.client().dbsize() == 0
+        assert server.client().keys("api:*") == []  # ctxtomb@api: lingers a few sync periods (tombstones.py)
         assert not list((tmp_path / "home" / "semantic" / "fake-model").glob("redis-*"))

@@ -292,3 +292,50 @@ class TenantCollector(Collector):
             for tenant, n in sorted(by_tenant.items() if isinstance(by_tenant, Mapping) else []):
                 held.add_metric([str(tenant) or "(unknown)", tier], _num(n))
         yield held
+
+
+# SemanticCache.stats() key -> (metric name, without _total for counters, help)
+_SEMANTIC_COUNTERS = {
+    "hits": ("ctxcache_semantic_hits", "requests answered from the semantic cache"),
+    "misses": ("ctxcache_semantic_misses", "semantic lookups that found no close, verified, live entry"),
+    "bypassed": ("ctxcache_semantic_bypassed", "requests that skipped the semantic cache (temperature, tools...)"),
+    "stored": ("ctxcache_semantic_stored", "responses stored in the semantic cache"),
+    "evicted": ("ctxcache_semantic_evicted", "semantic entries evicted for room"),
+    "expired": ("ctxcache_semantic_expired", "semantic entries dropped at their TTL"),
+    "vetoed": ("ctxcache_semantic_vetoed", "candidates above the threshold that the verifier refused"),
+    "corrupt": ("ctxcache_semantic_corrupt", "stored semantic entries that failed to decode (dropped)"),
+    "erased": ("ctxcache_semantic_erased", "semantic entries erased by this process"),
+    "erased_elsewhere": (
+        "ctxcache_semantic_erased_elsewhere",
+        "entries dropped from memory: another process erased them",
+    ),
+    "failed_deletes": ("ctxcache_semantic_failed_deletes", "record deletes that may not have landed (kept for retry)"),
+    "retried_deletes": ("ctxcache_semantic_retried_deletes", "kept deletes that landed on a retry"),
+    "dropped_deletes": (
+        "ctxcache_semantic_dropped_deletes",
+        "kept deletes given up (over max_pending): records may come back",
+    ),
+}
+_SEMANTIC_GAUGES = {
+    "entries": ("ctxcache_semantic_entries", "entries held by the semantic cache"),
+    "bytes": ("ctxcache_semantic_bytes", "bytes held by the semantic cache (stored record + vector)"),
+    "pending_deletes": ("ctxcache_semantic_pending_deletes", "record deletes not yet confirmed: erasure unverified while > 0"),
+    "tombstones": ("ctxcache_semantic_tombstones", "erasures published in Redis for other processes, at the last read"),
+}  # fmt: skip
+
+
+class SemanticCollector(Collector):
+    """The semantic response cache's counters, read from ``stats()`` at scrape time like ``CacheCollector``."""
+
+    def __init__(self, stats: Callable[[], dict[str, Any]]) -> None:
+        self.stats = stats
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.stats()
+        for key, (name, doc) in _SEMANTIC_COUNTERS.items():
+            yield CounterMetricFamily(name, doc, value=_num(s.get(key)))
+        for key, (name, doc) in _SEMANTIC_GAUGES.items():
+            yield GaugeMetricFamily(name, doc, value=_num(s.get(key)))

@@ -106,7 +106,7 @@ class SemanticCache:
         self._next_label = 0
         self.used_bytes = 0
         self.counts = {"hits": 0, "misses": 0, "bypassed": 0, "stored": 0, "evicted": 0, "expired": 0,
-                       "vetoed": 0, "corrupt": 0, "erased": 0}  # fmt: skip
+                       "vetoed": 0, "corrupt": 0, "erased": 0, "erased_elsewhere": 0}  # fmt: skip
         self._recover()
 
     # --- validation and embedding ------------------------------------------------------------------
@@ -148,6 +148,7 @@ class SemanticCache:
             return Lookup(bypass=why)
         p = self.probe(q)
         self._store.retry()  # pending deletes, at most every retry_interval: hits alone never write
+        self._sync()  # other processes' erasures, at most every sync_interval: no round trip otherwise
         now = self.clock()
         vetoed = 0
         with self._lock:
@@ -253,7 +254,7 @@ class SemanticCache:
     def _drop(self, eid: bytes, reason: str) -> bool:
         if self._forget(eid) is None:
             return False
-        self._store.delete(eid)
+        self._store.delete(eid, erase=reason == "erased")
         self.counts[reason] += 1
         return True
 
@@ -276,6 +277,21 @@ class SemanticCache:
         with self._lock:
             self._sweep(self.clock())
         self._store.retry()
+        self._sync()
+
+    def _sync(self) -> None:
+        """Drop the entries another process erased (its tombstones, see store.sync). After a gap
+        in which a tombstone may have expired unseen, drop every entry whose record is gone too."""
+        new, stale = self._store.sync()
+        present = self._store.scan() if stale else None
+        if not new and present is None:
+            return
+        held = None if present is None else set(present)
+        with self._lock:
+            gone = [k for k in self._entries if k in new or (held is not None and k not in held)]
+            for key in gone:
+                self._forget(key)
+            self.counts["erased_elsewhere"] += len(gone)
 
     # --- feedback, admin -----------------------------------------------------------------------------
     def feedback(self, entry_id: bytes, similarity: float, correct: bool) -> float:

@@ -11,6 +11,11 @@ is not dropped: the key joins ``pending`` (see pending.py), is retried on later 
 most every ``retry_interval`` seconds), at start-up and at close, and is left out when entries
 are listed, so an erased entry is never indexed again, by this process or (with a journal) the
 next one.
+
+On Redis, an erase also writes a tombstone (tombstones.py) before the delete, and every pending
+delete gets one before it is retried: other processes on the same prefix leave tombstoned records
+out when they list entries, and ``sync`` (at most every ``sync_interval`` seconds, one round trip)
+tells their cache which entries to drop from memory.
 """
 
 from __future__ import annotations
@@ -23,12 +28,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import ConfigError, TierUnavailableError
+from ..errors import ConfigError, DeleteFailedError, TierUnavailableError
 from ..tiers import DiskTier, MemoryTier, RedisTier, Tier
 from .pending import PendingDeletes
+from .tombstones import Tombstones
 
 _UNBOUNDED = 1 << 62
 _BATCH = 256  # pending deletes sent in one round trip
+TOMBSTONE_TTL = 7 * 86_400.0  # a pending delete's tombstone: outlives any outage the journal would
 log = logging.getLogger("ctxcache.semantic")
 
 
@@ -40,8 +47,15 @@ class EntryStore:
         journal: str | os.PathLike[str] | None = None,
         max_pending: int = 100_000,
         retry_interval: float = 1.0,
+        sync_interval: float = 2.0,
+        tombstone_linger: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
+        """``sync_interval``: how often (at most) this process reads other processes' tombstones
+        (Redis only). ``tombstone_linger``: how long a tombstone outlives its confirmed delete
+        (default 10 minutes), so every replica syncing meanwhile sees it; one that could not sync
+        for that long checks every entry it holds once (a SCAN)."""
         if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
             raise ConfigError(f"semantic store: max_pending must be a positive number of deletes, got {max_pending!r}")
         if tier.kind not in ("disk", "redis", "memory"):
@@ -53,6 +67,18 @@ class EntryStore:
             raise ConfigError(f"semantic store: cannot read the pending-delete journal: {exc}") from None
         self.retry_interval, self._clock, self._retry_at = retry_interval, clock, 0.0
         self._lock = threading.Lock()  # guards ``pending``; held across a retry so a put cannot interleave
+        linger = max(600.0, 15 * sync_interval) if tombstone_linger is None else tombstone_linger
+        if not (0 < sync_interval < linger <= TOMBSTONE_TTL):
+            raise ConfigError(f"semantic store: need 0 < sync_interval ({sync_interval!r}) < tombstone_linger "
+                              f"({linger!r}) <= {TOMBSTONE_TTL:g}")  # fmt: skip
+        self.tombs = (
+            Tombstones(tier, ttl=TOMBSTONE_TTL, linger=linger, clock=wall) if isinstance(tier, RedisTier) else None
+        )
+        self.sync_interval, self._known = sync_interval, dict[bytes, float]()  # live tombstones -> expiry
+        self._sync_at = self._synced_at = clock()
+        self._read_wall: float | None = None  # the wall-clock time of the last read of the tombstones
+        self._prune_at = 0.0  # wall-clock time: when ``_known`` is next cleared of expired tombstones
+        self.syncs = 0
 
     @classmethod
     def disk(cls, path: str | os.PathLike[str], *, fsync: bool = True) -> EntryStore:
@@ -66,13 +92,17 @@ class EntryStore:
         prefix: str = "ctxsem:",
         journal: str | os.PathLike[str] | None = None,
         max_pending: int = 100_000,
+        sync_interval: float = 2.0,
+        tombstone_linger: float | None = None,
         **kw: Any,
     ) -> EntryStore:
         """``journal``: a local file that keeps failed deletes across a restart (None: memory only,
-        so an entry erased while Redis was unreachable may come back after a crash)."""
+        so an entry erased while Redis was unreachable may come back after a crash); the other
+        processes on ``prefix`` learn of erasures from tombstones (see tombstones.py)."""
         tier = RedisTier(_UNBOUNDED, "fifo", url=url, prefix=prefix, name="semantic", **kw)
         try:
-            return cls(tier, journal=journal, max_pending=max_pending)
+            return cls(tier, journal=journal, max_pending=max_pending, sync_interval=sync_interval,
+                       tombstone_linger=tombstone_linger)  # fmt: skip
         except ConfigError:
             tier.close()  # its reconnect thread would outlive the refusal
             raise
@@ -91,9 +121,13 @@ class EntryStore:
             return cls.disk(spec["path"], fsync=bool(spec.get("fsync", True)))
         if kind == "redis":
             journal = None if spec.get("journal") is None else str(spec["journal"])
+            sync = spec.get("sync_interval", 2.0)
+            if isinstance(sync, bool) or not isinstance(sync, (int, float)):
+                raise ConfigError(f"a semantic redis store's sync_interval must be a number of seconds, got {sync!r}")
             return cls.redis(
                 str(spec.get("url", "redis://127.0.0.1:6379/0")), prefix=str(spec.get("prefix", "ctxsem:")),
                 journal=journal, max_pending=spec.get("max_pending", 100_000),
+                sync_interval=float(sync),
             )  # fmt: skip
         if kind == "memory":
             return cls.memory()
@@ -103,20 +137,26 @@ class EntryStore:
         return self.tier.size_of(payload)
 
     def put(self, key: bytes, payload: Any) -> int:
-        if key in self.pending:  # stored again after an erase: the old delete must not take the new record
-            with self._lock:
+        if key in self.pending or key in self._known:  # stored again after an erase: the old delete and
+            with self._lock:  # tombstone must not take the new record
                 written = self.tier.put(key, payload)
                 self.pending.discard([key], confirmed=False)  # only once written: else the old record stays
-                return written
+                self._known.pop(key, None)
+            if self.tombs is not None:
+                self.tombs.clear([key])
+            return written
         self.retry()
         return self.tier.put(key, payload)
 
     def get(self, key: bytes) -> Any | None:
         return self.tier.get(key)
 
-    def delete(self, key: bytes) -> bool:
+    def delete(self, key: bytes, *, erase: bool = False) -> bool:
         """True if the record was there and is gone. A delete that may not have landed is kept in
-        ``pending`` (and retried) before this returns False."""
+        ``pending`` (and retried) before this returns False. ``erase``: other processes must drop
+        the entry too (see ``erase_many``)."""
+        if erase and self.tombs is not None:
+            return self.erase_many([key]) == 1
         self.retry()
         try:
             return self.tier.delete(key)
@@ -125,6 +165,38 @@ class EntryStore:
                 self.pending.add([key])
             log.warning("semantic store: delete of %s failed, kept for retry: %s", key.hex(), exc)
             return False
+
+    def erase_many(self, keys: list[bytes]) -> int:
+        """Delete erased entries' records, each batch tombstoned first (Redis; three round trips a
+        batch: tombstone, DEL, shorten to the linger); the records deleted. Failed deletes are
+        kept in ``pending``, as ``delete`` keeps them."""
+        if self.tombs is None:
+            return sum(self.delete(k) for k in keys)
+        self.retry()
+        deleted = 0
+        for i in range(0, len(keys), _BATCH):
+            batch = keys[i : i + _BATCH]
+            marked = self.tombs.mark(batch)
+            with self._lock:
+                self._known.update(dict.fromkeys(batch if marked is not None else [], marked or 0.0))
+            try:
+                deleted += self.tier.delete_many(batch)
+                landed = batch
+            except (TierUnavailableError, OSError) as exc:
+                failed = set(exc.failed) if isinstance(exc, DeleteFailedError) else set(batch)
+                deleted += exc.deleted if isinstance(exc, DeleteFailedError) else 0
+                landed = [k for k in batch if k not in failed]
+                with self._lock:
+                    self.pending.add([k for k in batch if k in failed])
+                log.warning("semantic store: %d of %d deletes failed, kept for retry: %s", len(failed), len(batch), exc)
+            if marked is not None and landed:
+                self._settled(landed, self.tombs.settle(landed))
+        return deleted
+
+    def _settled(self, keys: list[bytes], until: float | None) -> None:
+        if until is not None:
+            with self._lock:
+                self._known.update((k, until) for k in keys if k in self._known)
 
     def retry(self, *, force: bool = False) -> int:
         """Send the pending deletes again (unless the last try was under ``retry_interval`` ago and
@@ -137,13 +209,45 @@ class EntryStore:
             self._retry_at = self._clock() + self.retry_interval
             keys, done = self.pending.keys(), []
             for i in range(0, len(keys), _BATCH):
+                batch = keys[i : i + _BATCH]
+                # Best effort: a record deleted without a tombstone still cannot come back at a start-up
+                if self.tombs is not None and (marked := self.tombs.mark(batch)) is not None:
+                    self._known.update(dict.fromkeys(batch, marked))
                 try:
-                    self.tier.delete_many(keys[i : i + _BATCH])
+                    self.tier.delete_many(batch)
                 except (TierUnavailableError, OSError):
                     break  # any of the batch may have failed: all of it stays
-                done += keys[i : i + _BATCH]
+                done += batch
+                if self.tombs is not None and (until := self.tombs.settle(batch)) is not None:
+                    self._known.update(dict.fromkeys(batch, until))  # under the lock already
             self.pending.discard(done)
         return len(done)
+
+    def sync(self, *, force: bool = False) -> tuple[frozenset[bytes], bool]:
+        """Other processes' erasures, at most every ``sync_interval`` seconds (Redis only; one round
+        trip): the keys tombstoned since the last read, and whether a tombstone may have expired
+        unseen (no read succeeded for ``linger``: the caller must check what it holds)."""
+        now = self._clock()
+        if self.tombs is None or (not force and now < self._sync_at):
+            return frozenset(), False
+        with self._lock:
+            if not force and now < self._sync_at:
+                return frozenset(), False
+            self._sync_at = now + self.sync_interval
+            wall = self.tombs.clock()
+            live = self.tombs.live(self._read_wall)
+            if live is None:
+                return frozenset(), False
+            stale = now - self._synced_at > self.tombs.linger - self.sync_interval - self.tombs.skew
+            new = frozenset(k for k, until in live.items() if self._known.get(k) != until)  # a rewrite: news too
+            self._known.update(live)
+            if wall >= self._prune_at:  # not every sync: O(tombstones held), and an expired one is harmless
+                self._known, self._prune_at = {k: u for k, u in self._known.items() if u > wall}, wall + 60.0
+            self._read_wall = wall
+            if not stale:  # else it stays stale until a full read (``scan``) succeeds
+                self._synced_at = now
+            self.syncs += 1
+        return new, stale
 
     def settled(self, keys: list[bytes] | None = None) -> bool:
         """After a forced retry: none of ``keys`` (None: no key at all) has a delete pending."""
@@ -169,8 +273,18 @@ class EntryStore:
             found = [k for k in self.tier.keys() if isinstance(k, bytes)]  # noqa: SIM118 (a Tier is not iterable)
         if found is None:
             return None
+        if self.tombs is not None:  # another process's erasures, pending or not
+            tomb = self.tombs.key
+            found = [k for k in found if self.tombs.tier.prefix + k != tomb]  # an empty prefix lists it
+            wall = self.tombs.clock()
+            live = self.tombs.live()
+            if live is None:
+                return None  # a record erased elsewhere could not be told apart
+            with self._lock:
+                self._known, self._synced_at, self._read_wall = live, self._clock(), wall
+                self._sync_at = self._synced_at + self.sync_interval
         with self._lock:
-            return [k for k in found if k not in self.pending]
+            return [k for k in found if k not in self.pending and k not in self._known]
 
     @staticmethod
     def _redis_keys(tier: RedisTier) -> list[bytes] | None:
@@ -194,7 +308,10 @@ class EntryStore:
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            return self.pending.stats()
+            tombs = {} if self.tombs is None else {"tombstones": len(self._known), "tombstone_syncs": self.syncs,
+                                                   "tombstones_read": self.tombs.read,
+                                                   "tombstone_errors": self.tombs.errors}  # fmt: skip
+            return {**self.pending.stats(), **tombs}
 
     def close(self) -> None:
         self.retry(force=True)

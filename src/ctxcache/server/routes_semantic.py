@@ -13,7 +13,9 @@ store = { kind = "disk", path = "~/.cache/ctxcache/semantic" }   # or { kind = "
 
 A Redis store keeps the deletes that may not have landed (Redis down) in a local journal, ``journal``
 in the store table (default: a file under ctxcache's home; false: none), so a restart never indexes
-an entry erased during an outage.
+an entry erased during an outage. Erasures also leave tombstones in Redis, which the other servers
+on the same prefix read every ``sync_interval`` seconds (store table, default 2) to drop those
+entries from memory; the semantic counters are on /metrics (``ctxcache_semantic_*``).
 
 Admin routes (admin key, see routes_admin.require_admin), under /v1/admin/semantic: GET stats, GET entries
 (?tenant=&limit=&offset=), GET/DELETE entries/{id}, DELETE tenants/{tenant}/entries,
@@ -32,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..config import parse_duration, parse_size
 from ..errors import ConfigError, SemanticInputError
+from ..observability.exporter import SemanticCollector
 from ..semantic import DEFAULT_THRESHOLD, EntryStore, HashingEmbedder, SemanticCache
 from .deps import APIError
 from .routes_admin import require_admin
@@ -103,6 +106,7 @@ def build_semantic(
 def install(app: FastAPI, cache: SemanticCache, settings: Settings) -> None:
     """Put the hook in front of the chat routes and mount the admin routes (before the app starts)."""
     app.state.semantic = cache
+    app.state.ctx.metrics.registry.register(SemanticCollector(cache.stats))  # the public /metrics
     app.add_middleware(SemanticMiddleware, cache=cache, settings=settings)
     app.include_router(router)
 
