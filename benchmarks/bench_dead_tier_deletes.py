@@ -3,7 +3,8 @@
 One slow tier (a ``FakeSlowTier`` of 2400 B, about 9 blocks) whose every delete raises for the
 first 121 stores (a dead disk or Redis), then recovers for 79 more; one block per store, seeded
 block sizes, a flush after each store (the setup fix-retry measured 12,544 refused deletes with,
-6,328 without its refused-again pass). Side by side in one run, for each size mix:
+6,328 without its refused-again pass). The engine's clock is a fake one moving ``STEP_S`` per
+store (the breaker backs off in seconds of it). Side by side in one run, for each size mix:
 
 - ``breaker``: the engine as it is;
 - ``no_breaker``: ``Slot.may_delete`` always True and ``Slot.broken`` always False (the engine
@@ -38,6 +39,7 @@ from ctxcache.tiers.fake import FakeSlowTier
 
 OUT = Path(__file__).parent / "results"
 STORES, DEAD = 200, 121  # stores 0..120 find the tier refusing every delete
+STEP_S = 1.0  # seconds of the engine's clock between two stores
 MIXES = {"16": [16], "8-200": [8, 16, 64, 200]}  # float32 values per block (seeded choice)
 VARIANTS = ("breaker", "no_breaker", "no_breaker_no_refused_again")
 
@@ -74,11 +76,12 @@ def run(name: str, sizes: list[int], seed: int = 1) -> dict[str, Any]:
     refuse = Refuse()
     tier = FakeSlowTier(6 * 400, on_call=refuse, high=1.0, low=1.0)
     with variant(name):
-        cache = ContextCache([tier], block_size=4)
+        now = [0.0]
+        cache = ContextCache([tier], block_size=4, clock=lambda: now[0])
         flushed, over, over_kept, back_at, cumulative = True, 0, 0, None, []
         rejected = {"outage": 0, "after": 0}
         for i in range(STORES):
-            refuse.on = i < DEAD
+            refuse.on, now[0] = i < DEAD, i * STEP_S
             before = cache.stats()["rejected"]
             cache.store([i * 1000 + j for j in range(4)], [[np.full(rng.choice(sizes), i, np.float32)]], "default", 0)
             flushed &= cache.flush(10)
@@ -113,7 +116,9 @@ def main() -> None:
                for mix, rs in results.items()}  # fmt: skip
     (OUT / "bench_dead_tier_deletes.json").write_text(json.dumps(results, indent=1) + "\n")
     _plot(results)
-    print(json.dumps({"bench": "dead_tier_deletes", "stores": STORES, "dead": DEAD, "results": summary}))
+    print(
+        json.dumps({"bench": "dead_tier_deletes", "stores": STORES, "dead": DEAD, "step_s": STEP_S, "results": summary})
+    )
 
 
 def _plot(results: dict[str, dict[str, dict[str, Any]]]) -> None:

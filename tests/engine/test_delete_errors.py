@@ -216,15 +216,16 @@ class Refusing:
                 raise OSError(5, "Input/output error")
 
 
-def _full_tier(blocks: int) -> tuple[ContextCache, FakeSlowTier, Refusing, int]:
-    """A cache on one slow tier holding exactly ``blocks`` blocks, filled; the tier's oldest first."""
+def _full_tier(blocks: int, clock: Any = None) -> tuple[ContextCache, FakeSlowTier, Refusing, int]:
+    """A cache on one slow tier holding exactly ``blocks`` blocks, filled; the tier's oldest first.
+    ``clock``: the engine's (None: the default)."""
     probe = ContextCache([FakeSlowTier(1 << 20)], block_size=BS)
     store(probe, 0)
     assert probe.flush(10)
     blob = probe.slots[0].used()
     hook = Refusing()
     tier = FakeSlowTier(blocks * blob, on_call=hook, high=1.0, low=1.0)
-    cache = ContextCache([tier], block_size=BS)
+    cache = ContextCache([tier], block_size=BS, **({} if clock is None else {"clock": clock}))
     for i in range(blocks):
         # One at a time: a write that lands while the next store makes room is counted twice
         # (by the tier and as queued) until the mover reports it, so that store may find no room.

@@ -6,6 +6,7 @@ batch and marked the whole tier unhealthy: every key missed until the master was
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -119,4 +120,36 @@ def test_every_master_paused_is_a_tier_down_then_reconnected(cluster):
     wait_cluster_ok(cluster)
     assert t.wait_ready(5) and t.healthy and t.masters_down == []
     assert _timed_load(t)[0] == set(KEYS)
+    t.close()
+
+
+def _logged(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "ctxcache.tiers"]
+
+
+def test_a_master_down_is_logged_once_and_its_return_once_not_per_request(cluster, caplog):
+    """Before, a master marked down and back was in ``masters_down`` only: nothing was logged."""
+    caplog.set_level(logging.INFO, logger="ctxcache.tiers")
+    t, blobs = _tier(cluster)
+    hung = cluster[2]
+    name = f"127.0.0.1:{hung.port}"
+    k_hung = sorted(_on(hung))[0]
+    os.kill(hung.proc.pid, signal.SIGSTOP)
+    try:
+        for _ in range(5):  # requests: loads, writes and deletes its master refuses at once
+            _timed_load(t)
+            assert t.put_blobs([(k_hung, blobs[k_hung])]) == [False]
+        assert t.masters_down == [name]
+        time.sleep(2.5 * t.retry_interval)  # background probes find it still hung
+    finally:
+        os.kill(hung.proc.pid, signal.SIGCONT)
+    wait_cluster_ok(cluster)
+    assert t.wait_ready(5) and t.masters_down == []
+    deadline = time.monotonic() + 2  # the line follows the master's removal from the down set
+    while len(_logged(caplog)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    _timed_load(t)
+    lines = _logged(caplog)
+    assert [level for level, _ in lines] == [logging.WARNING, logging.INFO]
+    assert all(name in text for _, text in lines) and "down" in lines[0][1] and "back" in lines[1][1]
     t.close()

@@ -87,5 +87,5 @@ def make_slots(tiers: Sequence[Tier], clock: Clock, block_size: int) -> list[Slo
     slots = []
     for i, tier in enumerate(tiers):
         tier.token_bytes = 4 * block_size
-        slots.append(Slot(i, tier, make_policy_for(i, tier.policy_spec, clock)))
+        slots.append(Slot(i, tier, make_policy_for(i, tier.policy_spec, clock), clock))
     return slots

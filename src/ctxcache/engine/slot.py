@@ -15,6 +15,8 @@ holds in this tier, and ``quotas`` the per-tenant limits tenancy set on it.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -27,7 +29,10 @@ from ..tiers import Tier
 ORPHAN = ""  # the owner of blocks whose tenant is unknown (left by an earlier run)
 MAX_PAIRS = 4096  # distinct (tenant, bytes) charges shared between blocks (see Slot.charge)
 BREAK_AFTER = 8  # deletes refused in a row that stop passes on a tier (see Slot.may_delete)
-MAX_BACKOFF = 16  # passes turned away at most between two that may delete again
+FIRST_BACKOFF = 0.5  # seconds from the breaker opening to its first probe; doubled after each
+MAX_BACKOFF = 30.0  # seconds at most between two probes
+
+log = logging.getLogger("ctxcache.engine")
 
 
 @dataclass(slots=True)
@@ -71,10 +76,10 @@ class Slot:
     __slots__ = (
         "pos", "tier", "policy", "name", "capacity", "high", "low", "slow", "persistent", "kind",
         "hits", "evictions", "inflow", "outflow", "owners", "by_tenant", "quotas", "owner_of", "_pairs",
-        "retry", "retrying", "refusals", "backoff", "wait",
+        "retry", "retrying", "refusals", "backoff", "probe_at", "clock",
     )  # fmt: skip
 
-    def __init__(self, pos: int, tier: Tier, policy: Policy) -> None:
+    def __init__(self, pos: int, tier: Tier, policy: Policy, clock: Callable[[], float] = time.monotonic) -> None:
         self.pos = pos
         self.tier = tier
         self.policy = policy
@@ -95,10 +100,12 @@ class Slot:
         # ``retry`` whose delete has not reported yet.
         self.retry: dict[Hashable, None] = {}
         self.retrying: set[Hashable] = set()
-        # The delete breaker (``may_delete``): refused deletes since one last landed, and passes.
+        # The delete breaker (``may_delete``): refused deletes since one last landed, and when
+        # (by the engine's clock, so wall time whatever the pass rate) it may probe next.
+        self.clock = clock
         self.refusals = 0
-        self.backoff = 0  # passes the breaker turns away after its next probe
-        self.wait = 0  # passes it turns away before that probe
+        self.backoff = 0.0  # seconds from the next probe to the one after
+        self.probe_at = 0.0  # the next probe's time, while the breaker is open
 
     @property
     def codec(self) -> Codec | None:
@@ -215,11 +222,20 @@ class Slot:
 
     def deleted(self, refused: bool) -> None:
         """A delete from this tier reported: refused (it raised), or landed (which closes the
-        breaker: the tier takes deletes again)."""
+        breaker: the tier takes deletes again). Opening and closing are logged once each."""
         if refused:
             self.refusals += 1
-        else:
-            self.refusals = self.backoff = self.wait = 0
+            if self.refusals == BREAK_AFTER:
+                self.backoff = FIRST_BACKOFF
+                self.probe_at = self.clock() + FIRST_BACKOFF
+                log.warning(
+                    "tier %s: %d deletes in a row refused; passes there paused, one-block probe in %.1f s",
+                    self.name, BREAK_AFTER, FIRST_BACKOFF,
+                )  # fmt: skip
+            return
+        if self.broken:
+            log.info("tier %s: a delete landed after %d refused; deletes resumed", self.name, self.refusals)
+        self.refusals, self.backoff, self.probe_at = 0, 0.0, 0.0
 
     @property
     def broken(self) -> bool:
@@ -229,8 +245,10 @@ class Slot:
     def may_delete(self) -> bool:
         """Whether a pass may take victims here (asked once per pass). No, while the breaker is
         open (``BREAK_AFTER`` deletes refused in a row: a dead disk or Redis), but for one probe
-        pass every ``backoff`` passes, doubling up to ``MAX_BACKOFF`` while probes are refused
-        (a probe takes one victim and makes no room: its delete's report opens or closes).
+        pass once ``backoff`` seconds have passed since the last (``FIRST_BACKOFF`` after it
+        opened, doubling up to ``MAX_BACKOFF`` while probes are refused; a probe takes one victim
+        and makes no room: its delete's report opens or closes). By the engine's clock, not by
+        passes: a busy cache probes a dead tier no more often than an idle one.
         Every victim's delete would fail and each retried victim again, each failure an unlink
         or a round trip, a log line and a counter: a dead tier cost as many deletes as it held
         blocks over its capacity at every pass. Turned away, the pass frees nothing, so a store
@@ -238,11 +256,17 @@ class Slot:
         and quotas hold, passes end, and the first probe that lands brings the tier back."""
         if not self.broken:
             return True
-        if self.wait > 0:
-            self.wait -= 1
+        now = self.clock()
+        if now < self.probe_at:
             return False
-        self.backoff = self.wait = min(2 * self.backoff or 1, MAX_BACKOFF)
+        self.backoff = min(2 * self.backoff, MAX_BACKOFF)
+        self.probe_at = now + self.backoff
         return True
+
+    def breaker(self) -> dict[str, Any]:
+        """The delete breaker's state, for stats and metrics."""
+        wait = max(0.0, self.probe_at - self.clock()) if self.broken else 0.0
+        return {"deletes_paused": self.broken, "delete_refusals_in_a_row": self.refusals, "next_probe_in_s": wait}
 
     def evicted(self, key: Hashable) -> None:
         """A victim left the tier (demoted or evicted): its owner is no longer charged."""
@@ -253,4 +277,5 @@ class Slot:
         out = self.tier.stats()
         out.update(policy=self.policy.name, capacity=self.capacity, hits=self.hits, evictions=self.evictions)
         out["tenants"] = dict(self.by_tenant)
+        out.update(self.breaker())
         return out

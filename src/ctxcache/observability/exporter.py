@@ -72,6 +72,19 @@ def _tier_families(tiers: Mapping[str, Mapping[str, Any]]) -> Iterator[Metric]:
     fam["evictions"] = CounterMetricFamily(
         "ctxcache_tier_evictions", "blocks pushed out of the tier (demoted to a slower one, or dropped)", labels=lab
     )
+    fam["deletes_paused"] = GaugeMetricFamily(
+        "ctxcache_tier_deletes_paused",
+        "1 while the tier's delete breaker is open (its deletes keep failing)",
+        labels=lab,
+    )
+    fam["delete_refusals_in_a_row"] = GaugeMetricFamily(
+        "ctxcache_tier_delete_refusals_in_a_row", "deletes the tier refused since one last landed", labels=lab
+    )
+    fam["next_probe_in_s"] = GaugeMetricFamily(
+        "ctxcache_tier_next_delete_probe_seconds",
+        "seconds until an open delete breaker's next probe (0: closed)",
+        labels=lab,
+    )
     for name, ts in tiers.items():
         labels = [name, str(ts.get("kind", ""))]
         for key, f in fam.items():

@@ -8,6 +8,7 @@ error while the other masters' answers stand.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ try:
 except ImportError:  # reported when a redis tier is configured; the rest of ctxcache runs without it
     redis_py, DOWN, REDIRECT = None, (OSError,), ()
 
+log = logging.getLogger("ctxcache.tiers")
 Op = tuple[str, tuple[Any, ...], dict[str, Any]]  # a command: name, args, kwargs
 Runner = Callable[[Any, list[Op]], list[Any]]  # sends one pipeline to one server
 
@@ -61,7 +63,8 @@ class Masters:
     however many are hung). A master whose pipeline fails with an "unreachable" error (down, or
     hung past the timeout) is marked down on its own: its commands are then answered MasterDown
     at once, without a round trip, until ``probe`` (the tier's background thread) finds it
-    answering again. The other masters keep serving their keys."""
+    answering again. The other masters keep serving their keys. A master marked down is logged
+    once (WARNING), and once (INFO) when it is back: not per request, nor per probe."""
 
     def __init__(self, retry_interval: float, workers: int = 8) -> None:
         self.retry_interval = retry_interval
@@ -78,14 +81,20 @@ class Masters:
         with self._lock:
             return all(n.name in self._down for n in client.get_primaries())
 
-    def mark(self, name: str) -> bool:
-        """Mark a master down; False if it already was."""
+    def mark(self, name: str, why: object, quiet: bool = False) -> bool:
+        """Mark a master down (``why``: for the log line; ``quiet``: it was down already before a
+        reconnect, logged then); False if it already was."""
         with self._lock:
             if name in self._down:
                 return False
             self._down[name] = time.monotonic() + self.retry_interval
             self.downs += 1
-            return True
+        if not quiet:
+            log.warning(
+                "redis cluster: master %s marked down (%s): its keys miss, refuse writes and fail deletes "
+                "until it answers again (probed every %.1f s)", name, why, self.retry_interval,
+            )  # fmt: skip
+        return True
 
     def run(self, client: Any, todo: list[Op], run: Runner) -> tuple[list[Any], int, Exception | None]:
         """The answers (a failed master's commands answer its error), how many masters failed in
@@ -109,7 +118,7 @@ class Masters:
             if isinstance(res, BaseException):
                 failed += 1
                 if isinstance(res, DOWN):
-                    self.mark(node.name)
+                    self.mark(node.name, f"{type(res).__name__}: {res}")
                 res = [res] * len(idxs)
             for i, r in zip(idxs, res):
                 out[i] = r
@@ -134,22 +143,29 @@ class Masters:
                 back += [name for name in due if name not in primaries and name not in back]
             except Exception:  # noqa: BLE001, S110 - no node answers: the master stays down
                 pass
+        came = []
         with self._lock:
             for name in due:
                 if name in back:
-                    self.recoveries += self._down.pop(name, None) is not None
+                    came += [name] if self._down.pop(name, None) is not None else []
                 elif name in self._down:
                     self._down[name] = time.monotonic() + self.retry_interval
+            self.recoveries += len(came)
+        for name in came:
+            log.info("redis cluster: master %s is back (it answers, or a replica took its slots)", name)
         return bool(back)
 
     def check(self, client: Any) -> None:
         """At (re)connect: ping every primary, mark the silent ones down; raise if none answers."""
         with self._lock:
+            before = set(self._down)
             self._down.clear()
         primaries = client.get_primaries()
         for node in primaries:
             if not _answers(client, node):
-                self.mark(node.name)
+                self.mark(node.name, "no answer to PING at connect", quiet=node.name in before)
+        for name in sorted(before - set(self.down())):
+            log.info("redis cluster: master %s is back (found at reconnect)", name)
         if len(self.down()) == len(primaries):
             raise MasterDown("no master of the cluster answers")
 
