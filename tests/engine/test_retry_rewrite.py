@@ -1,0 +1,86 @@
+"""A block whose delete was refused is the first victim of the next pass (``Slot.retry``). Placed in
+that tier again (stored, promoted, found there by a lookup), it is wanted: it leaves the retry list,
+or the pass after evicted the block the cache had just been asked to keep.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ctxcache import ContextCache
+from ctxcache.tiers.fake import FakeSlowTier
+
+from .tenancy_util import BS
+from .test_delete_errors import Refusing, _accounted, store, toks
+from .test_write_mover_race import _blob_size
+
+
+def _kept(cache: ContextCache, hook: Refusing, tier: FakeSlowTier) -> bytes:
+    """Evict (or demote) the top tier's oldest block with its delete refused: it stays there, a retry."""
+    key = next(iter(tier.keys()))
+    hook.bad.add(key)
+    with cache._engine.lock:
+        assert cache._engine.placement.make_room(0, 1)
+    assert cache.flush(10)
+    hook.bad.clear()
+    assert key in cache.slots[0].retry and key in tier.store
+    assert isinstance(key, bytes)
+    return key
+
+
+@pytest.mark.parametrize("again", ["store", "lookup"])
+def test_a_refused_block_stored_or_found_again_is_not_the_next_victim(again):
+    """``lookup``: the index lacks the block; the lookup finds it on the tier and indexes it there."""
+    blob, hook = _blob_size(), Refusing()
+    tier = FakeSlowTier(4 * blob, on_call=hook, high=1.0, low=1.0)
+    cache = ContextCache([tier], block_size=BS)
+    for i in range(3):
+        store(cache, i)
+        assert cache.flush(10)
+    k0 = _kept(cache, hook, tier)
+    assert k0 not in cache._engine.index
+    if again == "store":
+        store(cache, 0)  # a rewrite of the kept blob: 3 blocks stored, room for one more
+    else:
+        with cache.lookup(toks(0)) as m:
+            assert m.n_blocks == 1
+    assert cache.flush(10)
+    store(cache, 3)  # fits
+    assert cache.flush(10) and len(tier.store) == 4
+    k1 = next(k for k in tier.keys() if k != k0)  # the least recently used now
+    hook.deletes.clear()
+    store(cache, 4)  # needs room: one victim
+    assert cache.flush(10)
+    assert hook.deletes == [k1]  # before the fix: [k0], the block just stored (or hit)
+    assert k0 in tier.store and k0 not in cache.slots[0].retry
+    with cache.lookup(toks(0)) as m:
+        assert m.n_blocks == 1 and float(np.asarray(m.payloads[0][0])[0]) == 0
+    assert cache.slots[0].used() == tier.used_bytes == 4 * blob
+    _accounted(tier)
+    cache.close()
+
+
+def test_a_refused_block_promoted_onto_its_kept_copy_is_not_the_next_victim():
+    blob, hook = _blob_size(), Refusing()
+    upper = FakeSlowTier(4 * blob, on_call=hook, high=1.0, low=1.0)
+    lower = FakeSlowTier(1 << 20)
+    cache = ContextCache([upper, lower], block_size=BS)
+    for i in range(3):
+        store(cache, i)
+        assert cache.flush(10)
+    k0 = _kept(cache, hook, upper)  # demoted; its delete from the upper tier refused
+    with cache.lookup(toks(0)) as m:  # a hit below: promoted onto the kept copy
+        assert m.usage.by_tier == {lower.name: BS}
+    assert cache.flush(10)
+    store(cache, 3)
+    assert cache.flush(10) and len(upper.store) == 4
+    k1 = next(k for k in upper.keys() if k != k0)
+    hook.deletes.clear()
+    store(cache, 4)  # needs room in the upper tier: one block goes down
+    assert cache.flush(10)
+    assert hook.deletes == [k1]  # before the fix: [k0]
+    with cache.lookup(toks(0)) as m:
+        assert m.usage.by_tier == {upper.name: BS}
+    assert cache.slots[0].used() == upper.used_bytes == 4 * blob
+    cache.close()
