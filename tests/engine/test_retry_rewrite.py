@@ -1,18 +1,24 @@
 """A block whose delete was refused is the first victim of the next pass (``Slot.retry``). Placed in
 that tier again (stored, promoted, found there by a lookup), it is wanted: it leaves the retry list,
 or the pass after evicted the block the cache had just been asked to keep.
-"""
+
+A rewrite that fails leaves the old blob stored (disk writes are atomic renames; a refused Redis
+SET changes nothing): the tier keeps charging it and the block stays served from it, as before the
+rewrite. Forgetting it left the file on disk uncharged until a restart."""
 
 from __future__ import annotations
+
+import pathlib
 
 import numpy as np
 import pytest
 
 from ctxcache import ContextCache
+from ctxcache.tiers import DiskTier
 from ctxcache.tiers.fake import FakeSlowTier
 
 from .tenancy_util import BS
-from .test_delete_errors import Refusing, _accounted, store, toks
+from .test_delete_errors import Refusing, _accounted, _refuse_block_unlinks, store, toks
 from .test_write_mover_race import _blob_size
 
 
@@ -83,4 +89,57 @@ def test_a_refused_block_promoted_onto_its_kept_copy_is_not_the_next_victim():
     with cache.lookup(toks(0)) as m:
         assert m.usage.by_tier == {upper.name: BS}
     assert cache.slots[0].used() == upper.used_bytes == 4 * blob
+    cache.close()
+
+
+def _on_disk(disk: DiskTier) -> int:
+    """What the tier charges is what its directory holds."""
+    files = list(disk.root.rglob("*.blk"))
+    assert len(files) == len(disk) and disk.used_bytes == sum(f.stat().st_size for f in files)
+    return len(files)
+
+
+@pytest.mark.parametrize("old", ["orphan", "kept"])
+def test_a_failed_rewrite_keeps_the_old_blob_charged_and_served(tmp_path, monkeypatch, old):
+    """``orphan``: a block an earlier run left, stored again after a restart without a lookup;
+    ``kept``: a block whose eviction's unlink was refused, stored again."""
+    path = tmp_path / "d"
+    if old == "orphan":
+        first = ContextCache([DiskTier(1 << 20, path=path, fsync=False)], block_size=BS)
+        for i in range(2):
+            store(first, i)
+        first.close()
+    disk = DiskTier(1 << 20, path=path, fsync=False)
+    cache = ContextCache([disk], block_size=BS)
+    slot = cache.slots[0]
+    if old == "kept":
+        for i in range(2):
+            store(cache, i)
+            assert cache.flush(10)
+        real = _refuse_block_unlinks(monkeypatch)
+        with cache._engine.lock:
+            assert cache._engine.placement.make_room(0, 1)  # block 0 leaves the index, stays stored
+        assert cache.flush(10)
+        monkeypatch.setattr(pathlib.Path, "unlink", real)
+    assert _on_disk(disk) == 2 and slot.used() == disk.used_bytes
+    assert len(cache._engine.index) == (0 if old == "orphan" else 1)
+
+    def no_space(kb: bytes, blob: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(disk, "_write", no_space)
+    store(cache, 0)  # a rewrite of block 0's file; the write fails before its rename
+    assert cache.flush(10)
+    monkeypatch.undo()
+    assert _on_disk(disk) == 2  # before the fix: 2 files, 1 charged
+    s = cache.stats()
+    assert (s["write_errors"], s["lost"]) == (1, 0)
+    assert slot.used() == disk.used_bytes and slot.tenant_used("default") == disk.used_bytes
+    with cache.lookup(toks(0)) as m:  # served from the old file (before the fix: lost)
+        assert m.n_blocks == 1 and float(np.asarray(m.payloads[0][0])[0]) == 0
+    assert cache.stats()["discovered"] == 0 and cache.flush(10)
+    with cache._engine.lock:  # and evicted like any block: file and charge go together
+        assert cache._engine.placement.make_room(0, disk.used_bytes)
+    assert cache.flush(10)
+    assert _on_disk(disk) == 0 and slot.used() == 0 and not slot.by_tenant
     cache.close()
