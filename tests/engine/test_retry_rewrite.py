@@ -4,16 +4,24 @@ or the pass after evicted the block the cache had just been asked to keep.
 
 A rewrite that fails leaves the old blob stored (disk writes are atomic renames; a refused Redis
 SET changes nothing): the tier keeps charging it and the block stays served from it, as before the
-rewrite. Forgetting it left the file on disk uncharged until a restart."""
+rewrite. Forgetting it left the file on disk uncharged until a restart.
+
+A delete queued behind a write of the same key that has not landed (the erasure or TTL of a block
+just stored) reserves the bytes the write will charge: it reserved 0, and ``Slot.used`` counted the
+block until the delete was sent. Should the write fail, the delete frees only what the tier holds."""
 
 from __future__ import annotations
 
 import pathlib
+import threading
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
 
 from ctxcache import ContextCache
+from ctxcache.engine import erasure
 from ctxcache.tiers import DiskTier
 from ctxcache.tiers.fake import FakeSlowTier
 
@@ -54,7 +62,7 @@ def test_a_refused_block_stored_or_found_again_is_not_the_next_victim(again):
     assert cache.flush(10)
     store(cache, 3)  # fits
     assert cache.flush(10) and len(tier.store) == 4
-    k1 = next(k for k in tier.keys() if k != k0)  # the least recently used now
+    k1 = next(k for k in tier.keys() if k != k0)  # noqa: SIM118 (a Tier method); the least recently used now
     hook.deletes.clear()
     store(cache, 4)  # needs room: one victim
     assert cache.flush(10)
@@ -81,7 +89,7 @@ def test_a_refused_block_promoted_onto_its_kept_copy_is_not_the_next_victim():
     assert cache.flush(10)
     store(cache, 3)
     assert cache.flush(10) and len(upper.store) == 4
-    k1 = next(k for k in upper.keys() if k != k0)
+    k1 = next(k for k in upper.keys() if k != k0)  # noqa: SIM118 (a Tier method)
     hook.deletes.clear()
     store(cache, 4)  # needs room in the upper tier: one block goes down
     assert cache.flush(10)
@@ -142,4 +150,53 @@ def test_a_failed_rewrite_keeps_the_old_blob_charged_and_served(tmp_path, monkey
         assert cache._engine.placement.make_room(0, disk.used_bytes)
     assert cache.flush(10)
     assert _on_disk(disk) == 0 and slot.used() == 0 and not slot.by_tenant
+    cache.close()
+
+
+class Held(FakeSlowTier):
+    """Its writes wait while ``gate`` is clear (``entered`` set); with ``fail`` they are refused."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.gate, self.entered, self.fail = threading.Event(), threading.Event(), False
+        self.gate.set()
+
+    def put_blobs(self, items: Sequence[tuple[Hashable, bytes]]) -> list[bool]:
+        if not self.gate.is_set():
+            self.entered.set()
+            assert self.gate.wait(10), "the test never opened the gate"
+        return [False] * len(items) if self.fail else super().put_blobs(items)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_delete_queued_behind_an_unlanded_write_counts_the_block_gone(fail):
+    """Block A is stored (its write held), B is demoted (its write below held next), then A is
+    erased: its delete is queued behind its write. ``fail``: A's write is refused."""
+    blob = _blob_size()
+    upper, lower = Held(1 << 20), Held(1 << 20)
+    cache = ContextCache([upper, lower], block_size=BS)
+    slot, pl = cache.slots[0], cache._engine.placement
+    store(cache, 1)  # B
+    assert cache.flush(10)
+    upper.gate.clear()
+    lower.gate.clear()
+    store(cache, 0)  # A: its write waits before it is sent
+    assert upper.entered.wait(10)
+    with cache._engine.lock:
+        assert pl.make_room(0, 1)  # B goes down (A is in flight): B's write waits below
+        (a,) = [k for k in pl.mover.pending if k not in upper]
+        assert erasure._erase_key(cache._engine, a)  # A's delete, queued behind its write
+        assert slot.used() == 0  # before the fix: one blob, A's, until its delete was sent
+    upper.fail = fail
+    upper.gate.set()  # A's write lands (or is refused) and reports; B's write waits below
+    assert lower.entered.wait(10)
+    with cache._engine.lock:
+        assert slot.used() == 0 and upper.used_bytes == (blob if fail else 2 * blob)
+    lower.gate.set()
+    assert cache.flush(10)
+    assert slot.used() == upper.used_bytes == 0 and not upper.store
+    assert (slot.inflow, slot.outflow) == (0, 0) and cache.slots[1].used() == lower.used_bytes == blob
+    assert cache.stats()["write_errors"] == fail
+    _accounted(upper)
+    _accounted(lower)
     cache.close()
