@@ -154,18 +154,21 @@ def test_a_failed_rewrite_keeps_the_old_blob_charged_and_served(tmp_path, monkey
 
 
 class Held(FakeSlowTier):
-    """Its writes wait while ``gate`` is clear (``entered`` set); with ``fail`` they are refused."""
+    """Its writes wait while ``gate`` is clear (``entered`` set); its next ``fail`` calls are refused."""
 
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
-        self.gate, self.entered, self.fail = threading.Event(), threading.Event(), False
+        self.gate, self.entered, self.fail = threading.Event(), threading.Event(), 0
         self.gate.set()
 
     def put_blobs(self, items: Sequence[tuple[Hashable, bytes]]) -> list[bool]:
         if not self.gate.is_set():
             self.entered.set()
             assert self.gate.wait(10), "the test never opened the gate"
-        return [False] * len(items) if self.fail else super().put_blobs(items)
+        if self.fail:
+            self.fail -= 1
+            return [False] * len(items)
+        return super().put_blobs(items)
 
 
 @pytest.mark.parametrize("fail", [False, True])
@@ -187,7 +190,7 @@ def test_a_delete_queued_behind_an_unlanded_write_counts_the_block_gone(fail):
         (a,) = [k for k in pl.mover.pending if k not in upper]
         assert erasure._erase_key(cache._engine, a)  # A's delete, queued behind its write
         assert slot.used() == 0  # before the fix: one blob, A's, until its delete was sent
-    upper.fail = fail
+    upper.fail = int(fail)
     upper.gate.set()  # A's write lands (or is refused) and reports; B's write waits below
     assert lower.entered.wait(10)
     with cache._engine.lock:
@@ -199,4 +202,29 @@ def test_a_delete_queued_behind_an_unlanded_write_counts_the_block_gone(fail):
     assert cache.stats()["write_errors"] == fail
     _accounted(upper)
     _accounted(lower)
+    cache.close()
+
+
+def test_a_failed_write_leaves_a_store_queued_behind_it_alone():
+    """A block stored (its write held and then refused), erased, and stored again: the second store's
+    write, queued behind, lands; the first one's report must not take its charge or its place."""
+    upper = Held(1 << 20)
+    cache = ContextCache([upper], block_size=BS)
+    slot, pl = cache.slots[0], cache._engine.placement
+    upper.gate.clear()
+    store(cache, 0)
+    assert upper.entered.wait(10)
+    with cache._engine.lock:
+        (a,) = list(pl.mover.pending)
+        assert erasure._erase_key(cache._engine, a)
+    store(cache, 0)  # again: queued behind the delete
+    upper.fail = 1
+    upper.gate.set()
+    assert cache.flush(10) and a in upper.store
+    s = cache.stats()
+    assert (s["write_errors"], s["lost"]) == (1, 0)  # before the fix: lost 1
+    assert slot.holds(a) and slot.used() == upper.used_bytes == slot.tenant_used("default")
+    with cache.lookup(toks(0)) as m:
+        assert m.n_blocks == 1 and float(np.asarray(m.payloads[0][0])[0]) == 0
+    _accounted(upper)
     cache.close()

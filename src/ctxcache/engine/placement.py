@@ -324,14 +324,16 @@ class Placement:
             return
         self.c.write_errors += 1
         dst, node = self.slots[m.dst], self.index.get(m.key)
-        owner = dst.owner(m.key)
-        dst.drop(m.key)
-        # A blob of the key the tier still charges is still stored: a rewrite's old one (a failed
-        # write changes nothing there), valid as before. It stays, charged at its size, and serves
-        # the block; unless a delete of it is queued behind (an erasure), which settles the charge.
-        stays = m.key in dst.tier and m.key not in self.mover.pending
-        if stays:
-            dst.admit(m.key, tenant=owner)
+        # A move of the key queued behind (an erasure's delete, a store after it) settles it there.
+        stays = m.key in self.mover.pending
+        if not stays:
+            owner = dst.owner(m.key)
+            dst.drop(m.key)
+            # A blob of the key the tier still charges is still stored: a rewrite's old one (a
+            # failed write changes nothing there), valid as before: charged at its size, it serves.
+            stays = m.key in dst.tier
+            if stays:
+                dst.admit(m.key, tenant=owner)
         src = self.slots[m.src] if m.src is not None else None
         if src is not None and src.slow and m.key in src.tier:  # still where it was: it stays there
             src.admit(m.key, tenant=node.tag if node is not None and isinstance(node.tag, str) else None)
