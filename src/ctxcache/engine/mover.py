@@ -12,7 +12,8 @@ the logical state at once: each slot's ``inflow`` is reserved for writes queued 
 ``outflow`` for blocks queued to leave it (through ``Slot.reserve``, the slot's own accounting),
 and ``buffered`` is the RAM the queued payloads hold, which the engine bounds (``write_buffer``).
 A write of a key its tier already charges for (a rewrite) reserves the old bytes as outflow
-(``Move.replaces``): they leave as the new bytes land.
+(``Move.replaces``): they leave as the new bytes land. A delete queued behind a write of its key
+that has not landed reserves the bytes that write will charge (``Move.behind``).
 A reservation is settled when the move reports, except a delete's outflow, settled just before
 the delete is sent, and a write's inflow, settled as the write lands: each together with the
 tier's charge for the block, under the lock, so no write or delete landing outside the lock moves
@@ -66,6 +67,7 @@ class Move:
     kept: int | None = None  # the delete from src raised: the bytes src charged for it, still stored
     queued_at: float = 0.0  # monotonic seconds, for the mover's lag
     replaces: int = 0  # bytes dst charged for the key when queued (a rewrite): its outflow until it lands
+    behind: Move | None = None  # a delete's: the unlanded write of the key into src its ``release`` counts
 
 
 class Mover:
@@ -94,6 +96,7 @@ class Mover:
             move.replaces = self._held(move.dst, move.key)
             self.slots[move.dst].reserve(move.reserve, move.replaces)
         if move.src is not None:
+            move.release += self._unlanded(move)
             self.slots[move.src].reserve(0, move.release)
         self.buffered += move.buffered
         move.queued_at = time.monotonic()
@@ -112,6 +115,21 @@ class Mover:
         block too many. When a move of the key is queued the charge may be on its way out (a
         delete) or not landed yet: 0, so the block is never counted as gone (at worst twice)."""
         return 0 if key in self.pending else self.tiers[pos].nbytes(key)
+
+    def _unlanded(self, move: Move) -> int:
+        """Bytes a delete queued behind a write of its key into its tier that has not landed (the
+        erasure or TTL of a block just stored) adds to its ``release``: what the write will charge,
+        less the old bytes it replaces (the tier charges those now: the caller counted them). The
+        delete reserved only what the tier charged, 0 for a new block: ``Slot.used`` counted the
+        block until the delete was sent. 0 when an earlier move of the key is queued too (the
+        tier's charge may be on its way out), as in ``_held``: never counted gone twice."""
+        w, src = self.pending.get(move.key), move.src
+        if move.dst is not None or src is None or w is None or w.dst != src or not w.reserve:
+            return 0
+        if self.tiers[src].nbytes(move.key) != w.replaces:
+            return 0
+        move.behind = w
+        return w.reserve - w.replaces
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until every queued move is done. The caller must not hold the lock."""
@@ -170,6 +188,11 @@ class Mover:
     def _finish(self, m: Move) -> None:
         if m.dst is not None:
             self.slots[m.dst].reserve(-m.reserve, -m.replaces)
+            nxt = self.pending.get(m.key)
+            if nxt is not None and nxt.behind is m:  # its bytes never landed: the delete behind frees the old ones
+                self.slots[m.dst].reserve(0, m.replaces - m.reserve)
+                nxt.release += m.replaces - m.reserve
+                nxt.behind = None
         if m.src is not None:
             self.slots[m.src].reserve(0, -m.release)
         self.buffered -= m.buffered

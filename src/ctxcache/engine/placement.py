@@ -323,15 +323,23 @@ class Placement:
         if m.dst is None or m.ok:
             return
         self.c.write_errors += 1
-        self.slots[m.dst].drop(m.key)
-        self.tiers[m.dst].forget(m.key)
-        node = self.index.get(m.key)
+        dst, node = self.slots[m.dst], self.index.get(m.key)
+        # A move of the key queued behind (an erasure's delete, a store after it) settles it there.
+        stays = m.key in self.mover.pending
+        if not stays:
+            owner = dst.owner(m.key)
+            dst.drop(m.key)
+            # A blob of the key the tier still charges is still stored: a rewrite's old one (a
+            # failed write changes nothing there), valid as before: charged at its size, it serves.
+            stays = m.key in dst.tier
+            if stays:
+                dst.admit(m.key, tenant=owner)
         src = self.slots[m.src] if m.src is not None else None
         if src is not None and src.slow and m.key in src.tier:  # still where it was: it stays there
             src.admit(m.key, tenant=node.tag if node is not None and isinstance(node.tag, str) else None)
-            if node is not None and node.tier == m.dst:
+            if node is not None and node.tier == m.dst and not stays:
                 node.tier = m.src if m.src is not None else LOST
-        elif node is not None and node.tier == m.dst:
+        elif node is not None and node.tier == m.dst and not stays:
             node.tier = LOST
             self.c.lost += 1
             self.prune(m.key)

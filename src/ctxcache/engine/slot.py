@@ -132,8 +132,12 @@ class Slot:
     # --- the policy's view of residency ----------------------------------------------------------
     def admit(self, key: Hashable, size: int | None = None, tenant: str | None = None) -> None:
         """``key`` is resident: tell the policy, charge its owner (``size`` None: what the tier
-        holds for it; a key still charged, re-admitted after a refused eviction, keeps its charge)."""
+        holds for it; a key still charged, re-admitted after a refused eviction, keeps its charge).
+        A block whose delete failed, placed here again (stored, promoted, demoted onto its copy),
+        is wanted: its delete no longer applies, so it is no retry (``victim`` would take it first)."""
         self.policy.on_insert(key)
+        if self.retry:
+            self.retry.pop(key, None)
         if key not in self.owners.shards[hash(key) % 239]:
             self.charge(key, self.owner_of(key) if tenant is None else tenant, size)
 
@@ -183,8 +187,12 @@ class Slot:
         return [k for k, (t, _) in self.owners.items() if t == tenant]
 
     def touch(self, keys: Sequence[Hashable]) -> None:
-        """Hits, deepest first (callers pass them so): ancestors end up more recently used."""
+        """Hits, deepest first (callers pass them so): ancestors end up more recently used. A block
+        whose delete failed, hit here (a lookup found it in storage and indexed it here), is no retry."""
         self.policy.on_hits(keys)
+        if self.retry:
+            for key in keys:
+                self.retry.pop(key, None)
         self.hits += len(keys)
 
     def drop(self, key: Hashable) -> None:
