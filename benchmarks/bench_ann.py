@@ -63,15 +63,16 @@ def clustered(n: int, seed: int, clusters: int = 2000) -> np.ndarray:
     return out
 
 
-def exact_topk(data: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    best_s = np.full((len(queries), K), -np.inf, dtype=np.float32)
-    best_i = np.zeros((len(queries), K), dtype=np.int64)
+def exact_topk(data: np.ndarray, queries: np.ndarray, k: int = K) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's ``k`` nearest rows by inner product, exactly (in chunks: 10^6 rows fit in RAM)."""
+    best_s = np.full((len(queries), k), -np.inf, dtype=np.float32)
+    best_i = np.zeros((len(queries), k), dtype=np.int64)
     for lo in range(0, len(data), 100_000):
         s = queries @ data[lo : lo + 100_000].T
-        idx = np.argpartition(-s, K, axis=1)[:, :K]
+        idx = np.argpartition(-s, k, axis=1)[:, :k]
         cand_s = np.concatenate([best_s, np.take_along_axis(s, idx, 1)], axis=1)
         cand_i = np.concatenate([best_i, idx + lo], axis=1)
-        top = np.argsort(-cand_s, axis=1)[:, :K]
+        top = np.argsort(-cand_s, axis=1)[:, :k]
         best_s, best_i = np.take_along_axis(cand_s, top, 1), np.take_along_axis(cand_i, top, 1)
     return best_i, best_s
 

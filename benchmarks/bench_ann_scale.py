@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_ann import exact_topk, rss_mb  # the same exact search and RSS reading as the library comparison
 
 from ctxcache.semantic import HnswIndex
 from ctxcache.semantic.cache import CANDIDATES, DEFAULT_THRESHOLD
@@ -108,24 +109,6 @@ class Mixture:
         u = self.rng.standard_normal(x.shape, dtype=np.float32)
         u = unit(u - (u * x).sum(1, keepdims=True) * x)  # orthogonal to x
         return unit(cos[:, None] * x + np.sqrt(1 - cos**2)[:, None] * u), cos
-
-
-def exact_topk(data: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    best_s = np.full((len(queries), k), -np.inf, dtype=np.float32)
-    best_i = np.zeros((len(queries), k), dtype=np.int64)
-    for lo in range(0, len(data), 100_000):
-        s = queries @ data[lo : lo + 100_000].T
-        idx = np.argpartition(-s, k, axis=1)[:, :k]
-        cand_s = np.concatenate([best_s, np.take_along_axis(s, idx, 1)], axis=1)
-        cand_i = np.concatenate([best_i, idx + lo], axis=1)
-        top = np.argsort(-cand_s, axis=1)[:, :k]
-        best_s, best_i = np.take_along_axis(cand_s, top, 1), np.take_along_axis(cand_i, top, 1)
-    return best_i, best_s
-
-
-def rss_mb() -> float:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * resource.getpagesize() / 2**20
 
 
 def build(data: np.ndarray, path: Path | None) -> tuple[HnswIndex, dict[str, Any]]:
