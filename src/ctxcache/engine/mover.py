@@ -131,6 +131,11 @@ class Mover:
         move.behind = w
         return w.reserve - w.replaces
 
+    def deleting(self, key: Hashable, pos: int) -> bool:
+        """Whether a delete of ``key`` from tier ``pos`` is queued, not sent yet (on failures only:
+        a scan of the queue)."""
+        return key in self.pending and any(m.key == key and m.src == pos and m.dst is None for m in self.queue)
+
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until every queued move is done. The caller must not hold the lock."""
         with self.lock:

@@ -141,7 +141,7 @@ class Placement:
                 if key is None:
                     break
                 if not self._leave(t, key, quota=only is not None):
-                    slot.admit(key)  # no room below and still needed: it stays
+                    slot.stayed(key)  # no room below and still needed: it stays
                     return False
                 slot.evicted(key)
                 if probe:
@@ -336,7 +336,8 @@ class Placement:
                 dst.admit(m.key, tenant=owner)
         src = self.slots[m.src] if m.src is not None else None
         if src is not None and src.slow and m.key in src.tier:  # still where it was: it stays there
-            src.admit(m.key, tenant=node.tag if node is not None and isinstance(node.tag, str) else None)
+            if not self.mover.deleting(m.key, src.pos):  # until a delete queued from there (an erasure's)
+                src.admit(m.key, tenant=node.tag if node is not None and isinstance(node.tag, str) else None)
             if node is not None and node.tier == m.dst and not stays:
                 node.tier = m.src if m.src is not None else LOST
         elif node is not None and node.tier == m.dst and not stays:

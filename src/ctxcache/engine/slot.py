@@ -228,6 +228,12 @@ class Slot:
             self.retry[key] = None
         return refused and again
 
+    def stayed(self, key: Hashable) -> None:
+        """A victim that could not leave (no room below, still needed) is resident again. Taken from
+        ``retry``, its retry ends with no delete sent: its next refusal is a first one, not "again"."""
+        self.retrying.discard(key)
+        self.admit(key)
+
     def deleted(self, refused: bool) -> None:
         """A delete from this tier reported: refused (it raised), or landed (which closes the
         breaker: the tier takes deletes again). Opening and closing are logged once each."""
