@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ctxcache.errors import DeleteFailedError
 from ctxcache.observability.exporter import CacheCollector
 from ctxcache.tiers import RedisTier
-from tests.conftest import RedisServer, wait_cluster_ok
+from tests.conftest import RedisServer, free_port, wait_cluster_ok
 
 KEYS = [bytes([i]) * 16 for i in range(30)]
 TOKENS = np.arange(4, dtype="<i4").tobytes()
@@ -86,6 +86,20 @@ def test_a_hung_server_is_logged_once_when_the_tier_goes_down_and_once_when_it_r
     assert [level for level, _ in lines] == [logging.WARNING, logging.INFO]
     assert "unhealthy" in lines[0][1] and "Timeout" in lines[0][1]  # the error that took it down
     assert "reconnected" in lines[1][1]
+    t.close()
+
+
+def test_a_server_not_up_at_startup_is_logged_once_then_its_connection_once(redis_factory, caplog):
+    caplog.set_level(logging.INFO, logger="ctxcache.tiers")
+    port = free_port()
+    t = RedisTier(1 << 24, url=f"redis://127.0.0.1:{port}/0", timeout=0.2, retry_interval=RETRY)
+    time.sleep(5 * RETRY)  # failed attempts
+    assert not t.healthy
+    redis_factory(port)
+    assert t.wait_ready(5)
+    lines = _wait_lines(caplog, t.name, 2)
+    assert [level for level, _ in lines] == [logging.WARNING, logging.INFO]
+    assert "no answer at startup" in lines[0][1] and "reconnected" in lines[1][1]
     t.close()
 
 
