@@ -7,7 +7,10 @@ import json
 import re
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+
+from ctxcache.observability.exporter import CacheCollector
 
 from .conftest import chat
 from .test_observability import serve
@@ -16,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"\bctxcache_[a-z][a-z0-9_]*")
 ADMIN_HEADING = "## Per-tenant series (admin key only)"
 REDIS_ONLY = {"ctxcache_tier_reconnects_total", "ctxcache_tier_errors_total"}  # tiers without a backend lack them
+CLUSTER_ONLY = {"ctxcache_tier_masters_down"}  # only a Redis Cluster tier has masters
 
 
 def _names(text: str) -> set[str]:
@@ -43,7 +47,7 @@ def _bases(names: set[str]) -> set[str]:
 
 def test_docs_and_grafana_name_only_served_series_and_docs_cover_them_all(monkeypatch):
     public, admin = served(monkeypatch)
-    public = {n for n in public if not n.endswith("_created")} | REDIS_ONLY  # _created: client bookkeeping
+    public = {n for n in public if not n.endswith("_created")} | REDIS_ONLY | CLUSTER_ONLY  # _created: bookkeeping
     admin = {n for n in admin if not n.endswith("_created")}
     assert admin and not admin & public, "per-tenant series must be served only on the admin route"
     have = public | admin
@@ -61,3 +65,19 @@ def test_docs_and_grafana_name_only_served_series_and_docs_cover_them_all(monkey
     assert _bases(admin) <= set(NAME.findall(section)), f"admin-only series belong under {ADMIN_HEADING!r}"
     elsewhere = set(NAME.findall(docs.replace(section, "")))
     assert not _bases(admin) & elsewhere, "an admin-only series is documented as public"
+
+
+def test_the_series_only_some_tier_kinds_export_are_the_exempted_ones():
+    """The exemptions above stay true: a Redis Cluster tier's stats give exactly those series beyond a memory tier's."""
+    memory = {"kind": "memory", "blocks": 1, "bytes": 2, "capacity": 3, "healthy": True, "hits": 0, "corrupt": 0}
+    cluster = {**memory, "kind": "redis", "cluster": True, "masters_down": [], "reconnects": 0, "errors": 0}
+    names = [_names(generate_latest(_registry({"m": ts})).decode()) for ts in (memory, cluster)]
+    assert names[1] - names[0] == REDIS_ONLY | CLUSTER_ONLY
+    single = {**cluster, "cluster": False}
+    assert _names(generate_latest(_registry({"r": single})).decode()) - names[0] == REDIS_ONLY
+
+
+def _registry(tiers: dict[str, dict[str, object]]) -> CollectorRegistry:
+    reg = CollectorRegistry()
+    reg.register(CacheCollector(lambda: {"tiers": tiers}))
+    return reg

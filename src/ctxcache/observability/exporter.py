@@ -85,12 +85,18 @@ def _tier_families(tiers: Mapping[str, Mapping[str, Any]]) -> Iterator[Metric]:
         "seconds until an open delete breaker's next probe (0: closed)",
         labels=lab,
     )
+    masters = GaugeMetricFamily(
+        "ctxcache_tier_masters_down", "Redis Cluster masters marked down (their keys miss)", labels=lab
+    )
     for name, ts in tiers.items():
         labels = [name, str(ts.get("kind", ""))]
         for key, f in fam.items():
             if key in ts:
                 f.add_metric(labels, _num(ts[key]))  # type: ignore[attr-defined]
+        if ts.get("cluster") and isinstance(ts.get("masters_down"), list):  # a single server has no masters
+            masters.add_metric(labels, float(len(ts["masters_down"])))
     yield from fam.values()
+    yield masters
 
 
 def evictions_by_reason(s: Mapping[str, Any]) -> dict[str, int]:

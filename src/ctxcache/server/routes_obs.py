@@ -62,7 +62,8 @@ async def dashboard() -> HTMLResponse:
 def _tiers(s: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         {"name": n, "kind": t.get("kind"), "bytes": t.get("bytes", 0), "capacity": t.get("capacity", 0),
-         "blocks": t.get("blocks", 0), "up": bool(t.get("healthy", True)), "corrupt": t.get("corrupt", 0)}
+         "blocks": t.get("blocks", 0), "up": bool(t.get("healthy", True)), "corrupt": t.get("corrupt", 0),
+         "deletes_paused": bool(t.get("deletes_paused", False)), "masters_down": list(t.get("masters_down") or [])}
         for n, t in s.get("tiers", {}).items()
     ]  # fmt: skip
 

@@ -34,7 +34,7 @@ from .base import key_bytes
 from .blob import BlobTier
 from .bloom import KeyFilter
 from .redis_cluster import DOWN as _DOWN
-from .redis_cluster import REDIRECT, MasterDown, Masters, NoBackoff, Op, RedisCluster, Retry, run_pipeline
+from .redis_cluster import REDIRECT, MasterDown, Masters, NoBackoff, Op, RedisCluster, Retry, log, run_pipeline
 from .redis_cluster import redis_py as _redis
 
 SCAN_BATCH = 256  # keys whose headers are read in one pipeline
@@ -80,8 +80,10 @@ class RedisTier(BlobTier):
         self.errors = self.reconnects = self.round_trips = 0
         self._scan_failed = False  # the last filter rebuild failed: no early rebuilds until one works
         self._stop, self._wake = threading.Event(), threading.Event()
+        self._health = threading.Lock()  # request threads fail at once: one of them logs the outage
         self._masters = Masters(self.retry_interval) if self.cluster else None
-        self._connect()  # once, synchronously: a server that is up is usable from the first call
+        if not self._connect():  # once, synchronously: a server that is up is usable from the first call
+            log.warning("redis tier %r: no answer at startup (retried every %.1f s)", self.name, self.retry_interval)
         self._thread = threading.Thread(target=self._run, name=f"ctxcache-redis-{self.name}", daemon=True)
         self._thread.start()
 
@@ -112,9 +114,15 @@ class RedisTier(BlobTier):
 
     def _fail(self, exc: BaseException) -> None:
         self.errors += 1
-        if isinstance(exc, _DOWN) and self._healthy:
+        with self._health:
+            if not isinstance(exc, _DOWN) or not self._healthy:
+                return
             self._healthy = False
-            self._wake.set()
+        log.warning(
+            "redis tier %r unhealthy (%s: %s): every call answers at once (misses, refused writes, failed deletes) "
+            "until it reconnects (tried every %.1f s)", self.name, type(exc).__name__, exc, self.retry_interval,
+        )  # fmt: skip
+        self._wake.set()
 
     def _run(self) -> None:
         """Reconnect while unhealthy, probe the Cluster masters marked down; rebuild the Bloom filter
@@ -128,6 +136,7 @@ class RedisTier(BlobTier):
                 if not self._connect():
                     continue
                 self.reconnects += 1
+                log.info("redis tier %r reconnected (masters still down: %s)", self.name, self.masters_down or "none")
                 rebuild_due = 0.0
             elif self._masters is not None and self._masters.probe(self._client):
                 rebuild_due = 0.0
