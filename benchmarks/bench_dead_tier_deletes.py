@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
-from collections.abc import Hashable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,26 +35,13 @@ import numpy as np
 from ctxcache import ContextCache
 from ctxcache.engine.placement import Placement
 from ctxcache.engine.slot import Slot
-from ctxcache.tiers.fake import FakeSlowTier
+from ctxcache.tiers.fake import FakeSlowTier, RefuseDeletes
 
 OUT = Path(__file__).parent / "results"
 STORES, DEAD = 200, 121  # stores 0..120 find the tier refusing every delete
 STEP_S = 1.0  # seconds of the engine's clock between two stores
 MIXES = {"16": [16], "8-200": [8, 16, 64, 200]}  # float32 values per block (seeded choice)
 VARIANTS = ("breaker", "no_breaker", "no_breaker_no_refused_again")
-
-
-class Refuse:
-    """``on_call`` hook: while ``on``, every delete raises, as on a dead disk."""
-
-    def __init__(self) -> None:
-        self.on = True
-        self.refused: list[Hashable] = []
-
-    def __call__(self, name: str, keys: tuple[Hashable, ...]) -> None:
-        if name == "delete" and self.on:
-            self.refused += keys
-            raise OSError(5, "Input/output error")
 
 
 @contextlib.contextmanager
@@ -73,7 +60,7 @@ def variant(name: str) -> Iterator[None]:
 
 def run(name: str, sizes: list[int], seed: int = 1) -> dict[str, Any]:
     rng = random.Random(seed)
-    refuse = Refuse()
+    refuse = RefuseDeletes()
     tier = FakeSlowTier(6 * 400, on_call=refuse, high=1.0, low=1.0)
     with variant(name):
         now = [0.0]

@@ -15,21 +15,9 @@ import pytest
 from ctxcache import ContextCache
 from ctxcache.tiers import DiskTier, MemoryTier
 from ctxcache.tiers.fake import FakeSlowTier
+from ctxcache.tiers.fake import RefuseDeletes as Refuse  # also imported by the breaker tests
 
 from .tenancy_util import BS, ask, cache_with, prompt_of
-
-
-class Refuse:
-    """``on_call`` hook: while ``on``, every delete raises, as an unlink on a failing disk would."""
-
-    def __init__(self) -> None:
-        self.on = True
-        self.refused: list[Hashable] = []
-
-    def __call__(self, name: str, keys: tuple[Hashable, ...]) -> None:
-        if name == "delete" and self.on:
-            self.refused += keys
-            raise OSError(5, "Input/output error")
 
 
 def toks(i: int) -> list[int]:

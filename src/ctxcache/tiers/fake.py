@@ -8,6 +8,7 @@ Both take ``on_call(name, keys)``, called before every storage operation (tests 
 for instance, that a slow tier is never called under the engine's lock), keep ``calls`` (the
 operation names, in order), and fail on demand: keys in ``lose`` read as missing, and while
 ``down`` is set a slow tier is unhealthy, reads miss and writes are refused.
+``RefuseDeletes`` is an ``on_call`` that makes every delete raise while it is on (a dead disk).
 """
 
 from __future__ import annotations
@@ -22,6 +23,20 @@ from .blob import BlobTier
 from .memory import MemoryTier
 
 OnCall = Callable[[str, tuple[Hashable, ...]], None]
+
+
+class RefuseDeletes:
+    """``on_call`` hook: while ``on``, every delete raises, as an unlink on a failing disk would;
+    ``refused`` lists the keys whose delete raised."""
+
+    def __init__(self) -> None:
+        self.on = True
+        self.refused: list[Hashable] = []
+
+    def __call__(self, name: str, keys: tuple[Hashable, ...]) -> None:
+        if name == "delete" and self.on:
+            self.refused += keys
+            raise OSError(5, "Input/output error")
 
 
 class _Recorded(Tier):
