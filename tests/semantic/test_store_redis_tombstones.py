@@ -9,6 +9,7 @@ it, though the erasing process's pending-delete journal is local to it.
 from __future__ import annotations
 
 import time
+import tomllib
 
 import pytest
 
@@ -247,3 +248,20 @@ def test_tombstone_linger_from_the_config_file(redis_factory, bad):
         store.close()
     with pytest.raises(ConfigError, match="tombstone_linger"):  # a string; not above the 2 s sync_interval
         EntryStore.from_config({"kind": "redis", "url": server.url, "tombstone_linger": bad})
+
+
+def test_the_documented_redis_store_table_builds_with_those_settings(redis_factory):
+    from pathlib import Path
+
+    from ctxcache.server.routes_semantic import _store_spec
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text()
+    block = text.split("## Configuration (`--config", 1)[1].split("```toml", 1)[1].split("```", 1)[0]
+    spec = tomllib.loads(block)["semantic"]
+    spec["store"]["url"] = redis_factory().url
+    store = EntryStore.from_config(_store_spec(spec, "m"))
+    try:
+        assert store.sync_interval == 2.0 and store.tombs is not None and store.tombs.linger == 600.0
+        assert store.pending.limit == 100_000 and store.pending.journal is None  # journal = false
+    finally:
+        store.close()
