@@ -4,12 +4,12 @@ One SemanticCache on a throwaway loopback redis-server holding 200 entries; its 
 injected so the sync falls due exactly when this script says. Figures (median of ``REPS`` lookups,
 interleaved, each a hit on the same entry):
 - hit_us: a hit when no sync is due (the per-hit cost: no round trip, as before tombstones);
-- hit_sync_us: the one hit per ``sync_interval`` that pays the sync (one pipelined round trip,
+- hit_sync_us: the one hit per ``sync_interval`` that pays the sync (one round trip, a Lua script,
   empty reply: the steady state), and its ratio to hit_us;
 - sync_fresh_us / sync_within_skew_us / sync_old_us: a sync right after another process
   tombstoned ``N_TOMBS`` entries (confirmed deletes, all read), the next one (a tombstone written
-  within ``skew`` of the last read is read again, for the writer's clock), and the one after
-  that and 21 more (median; none read: only what changed since the last read travels);
+  within ``skew`` of the last read is read again: a margin for a step of the Redis server's
+  clock), and the one after that and 21 more (median; none read: only what changed since the last read travels);
 - the tombstones each sync transferred.
 
 Run: .venv/bin/python benchmarks/bench_semantic_tombstones.py  (needs redis-server)

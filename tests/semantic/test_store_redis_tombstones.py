@@ -9,6 +9,7 @@ it, though the erasing process's pending-delete journal is local to it.
 from __future__ import annotations
 
 import time
+import tomllib
 
 import pytest
 
@@ -136,6 +137,26 @@ def test_a_replica_that_missed_a_tombstone_checks_what_it_holds(redis_factory, m
     assert not served(b, FR) and served(b, JP)
 
 
+@pytest.mark.parametrize("skew", [-60.0, 60.0])
+def test_a_replica_drops_an_erased_entry_whatever_the_hosts_clock_skew(redis_factory, made, skew):
+    """The eraser's wall clock 60 s behind or ahead of the replica's: tombstones are timed and read
+    by the Redis server's clock, so the replica still drops the entry within its sync period."""
+    server = redis_factory()
+    a = replica(made, server.url, "t9:")
+    e = a.store(q(FR), {"text": "Paris"})
+    assert e is not None
+    b = replica(made, server.url, "t9:")
+    assert served(b, FR)
+    # The hosts' wall clocks, where the stores read them (``wall``) before they used the server's.
+    a._store.tombs.clock = lambda: time.time() + skew
+    b._store.tombs.clock = time.time
+    time.sleep(SYNC * 1.5)
+    assert served(b, FR)  # b has synced since it started: its next read starts where this one ended
+    assert a.erase(e.id) and a.erased_verified(e.id)  # confirmed: only the 10-minute linger is left
+    time.sleep(SYNC * 1.5)
+    assert not served(b, FR) and b.stats()["erased_elsewhere"] == 1
+
+
 def test_hits_between_syncs_cost_no_round_trip(redis_factory, made):
     server = redis_factory()
     now = [0.0]
@@ -215,3 +236,32 @@ def test_a_bad_sync_interval_is_a_config_error(redis_factory, bad):
     server = redis_factory()
     with pytest.raises(ConfigError, match="sync_interval"):
         EntryStore.from_config({"kind": "redis", "url": server.url, "sync_interval": bad})
+
+
+@pytest.mark.parametrize("bad", ["10m", True, 1.0, 0])
+def test_tombstone_linger_from_the_config_file(redis_factory, bad):
+    server = redis_factory()
+    store = EntryStore.from_config({"kind": "redis", "url": server.url, "tombstone_linger": 30})
+    try:
+        assert store.tombs is not None and store.tombs.linger == 30.0
+    finally:
+        store.close()
+    with pytest.raises(ConfigError, match="tombstone_linger"):  # a string; not above the 2 s sync_interval
+        EntryStore.from_config({"kind": "redis", "url": server.url, "tombstone_linger": bad})
+
+
+def test_the_documented_redis_store_table_builds_with_those_settings(redis_factory):
+    from pathlib import Path
+
+    from ctxcache.server.routes_semantic import _store_spec
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text()
+    block = text.split("## Configuration (`--config", 1)[1].split("```toml", 1)[1].split("```", 1)[0]
+    spec = tomllib.loads(block)["semantic"]
+    spec["store"]["url"] = redis_factory().url
+    store = EntryStore.from_config(_store_spec(spec, "m"))
+    try:
+        assert store.sync_interval == 2.0 and store.tombs is not None and store.tombs.linger == 600.0
+        assert store.pending.limit == 100_000 and store.pending.journal is None  # journal = false
+    finally:
+        store.close()

@@ -50,7 +50,6 @@ class EntryStore:
         sync_interval: float = 2.0,
         tombstone_linger: float | None = None,
         clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
     ) -> None:
         """``sync_interval``: how often (at most) this process reads other processes' tombstones
         (Redis only). ``tombstone_linger``: how long a tombstone outlives its confirmed delete
@@ -71,13 +70,11 @@ class EntryStore:
         if not (0 < sync_interval < linger <= TOMBSTONE_TTL):
             raise ConfigError(f"semantic store: need 0 < sync_interval ({sync_interval!r}) < tombstone_linger "
                               f"({linger!r}) <= {TOMBSTONE_TTL:g}")  # fmt: skip
-        self.tombs = (
-            Tombstones(tier, ttl=TOMBSTONE_TTL, linger=linger, clock=wall) if isinstance(tier, RedisTier) else None
-        )
+        self.tombs = Tombstones(tier, ttl=TOMBSTONE_TTL, linger=linger) if isinstance(tier, RedisTier) else None
         self.sync_interval, self._known = sync_interval, dict[bytes, float]()  # live tombstones -> expiry
         self._sync_at = self._synced_at = clock()
-        self._read_wall: float | None = None  # the wall-clock time of the last read of the tombstones
-        self._prune_at = 0.0  # wall-clock time: when ``_known`` is next cleared of expired tombstones
+        self._read_at: float | None = None  # the server's time at the last read of the tombstones
+        self._prune_at = 0.0  # server time: when ``_known`` is next cleared of expired tombstones
         self.syncs = 0
 
     @classmethod
@@ -121,13 +118,14 @@ class EntryStore:
             return cls.disk(spec["path"], fsync=bool(spec.get("fsync", True)))
         if kind == "redis":
             journal = None if spec.get("journal") is None else str(spec["journal"])
-            sync = spec.get("sync_interval", 2.0)
-            if isinstance(sync, bool) or not isinstance(sync, (int, float)):
-                raise ConfigError(f"a semantic redis store's sync_interval must be a number of seconds, got {sync!r}")
+            sync = _seconds(spec.get("sync_interval", 2.0), "sync_interval")
+            linger = (
+                None if spec.get("tombstone_linger") is None else _seconds(spec["tombstone_linger"], "tombstone_linger")
+            )
             return cls.redis(
                 str(spec.get("url", "redis://127.0.0.1:6379/0")), prefix=str(spec.get("prefix", "ctxsem:")),
                 journal=journal, max_pending=spec.get("max_pending", 100_000),
-                sync_interval=float(sync),
+                sync_interval=sync, tombstone_linger=linger,
             )  # fmt: skip
         if kind == "memory":
             return cls.memory()
@@ -234,16 +232,16 @@ class EntryStore:
             if not force and now < self._sync_at:
                 return frozenset(), False
             self._sync_at = now + self.sync_interval
-            wall = self.tombs.clock()
-            live = self.tombs.live(self._read_wall)
-            if live is None:
+            read = self.tombs.live(self._read_at)
+            if read is None:
                 return frozenset(), False
+            server, live = read
             stale = now - self._synced_at > self.tombs.linger - self.sync_interval - self.tombs.skew
             new = frozenset(k for k, until in live.items() if self._known.get(k) != until)  # a rewrite: news too
             self._known.update(live)
-            if wall >= self._prune_at:  # not every sync: O(tombstones held), and an expired one is harmless
-                self._known, self._prune_at = {k: u for k, u in self._known.items() if u > wall}, wall + 60.0
-            self._read_wall = wall
+            if server >= self._prune_at:  # not every sync: O(tombstones held), and an expired one is harmless
+                self._known, self._prune_at = {k: u for k, u in self._known.items() if u > server}, server + 60.0
+            self._read_at = server
             if not stale:  # else it stays stale until a full read (``scan``) succeeds
                 self._synced_at = now
             self.syncs += 1
@@ -276,12 +274,12 @@ class EntryStore:
         if self.tombs is not None:  # another process's erasures, pending or not
             tomb = self.tombs.key
             found = [k for k in found if self.tombs.tier.prefix + k != tomb]  # an empty prefix lists it
-            wall = self.tombs.clock()
-            live = self.tombs.live()
-            if live is None:
+            read = self.tombs.live()
+            if read is None:
                 return None  # a record erased elsewhere could not be told apart
             with self._lock:
-                self._known, self._synced_at, self._read_wall = live, self._clock(), wall
+                self._read_at, self._known = read
+                self._synced_at = self._clock()
                 self._sync_at = self._synced_at + self.sync_interval
         with self._lock:
             return [k for k in found if k not in self.pending and k not in self._known]
@@ -319,3 +317,9 @@ class EntryStore:
             where = self.pending.journal or "nowhere (no journal): their records may come back at a restart"
             log.error("semantic store: %d deletes still pending at close, kept in %s", len(self.pending), where)
         self.tier.close()
+
+
+def _seconds(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"a semantic redis store's {name} must be a number of seconds, got {value!r}")
+    return float(value)

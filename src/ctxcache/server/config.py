@@ -34,6 +34,14 @@ cache = { block_size = 32, tiers = [{ kind = "memory", capacity = "2GiB", policy
 
 [semantic]                # semantic response cache, opt-in per tenant: see docs/semantic-cache.md
 tenants = ["team-a"]
+# [semantic.store]        # shared by several processes (defaults shown; what each costs: the store
+# kind = "redis"          # table in docs/semantic-cache.md). Default store: a disk one
+# url = "redis://127.0.0.1:6379/0"
+# prefix = "ctxsem:"
+# sync_interval = 2       # s: another process may serve an entry erased elsewhere this long
+# tombstone_linger = 600  # s: a confirmed erasure's tombstone stays in Redis (default max(600, 15 x sync))
+# max_pending = 100000    # deletes that may not have landed, kept and retried; past it the oldest is given up
+# journal = false         # default: those deletes journaled under ctxcache's home, across a crash
 
 [admin]                   # opens every /v1/admin route and the dashboard's tenant table, as do
                           # [cache.tenancy] admin_keys and env CTXCACHE_ADMIN_KEY (any of them);

@@ -100,8 +100,8 @@ class Masters:
         """The answers (a failed master's commands answer its error), how many masters failed in
         this call, and the error of a topology refresh that failed (no node answered it)."""
         groups: dict[str, tuple[Any, list[int]]] = {}
-        for i, (_, args, _) in enumerate(todo):
-            node = client.get_node_from_key(args[0])
+        for i, (name, args, _) in enumerate(todo):
+            node = client.get_node_from_key(args[2] if name == "eval" else args[0])  # eval(script, 1, key, ...)
             groups.setdefault(node.name, (node, []))[1].append(i)
         out: list[Any] = [None] * len(todo)
         down = set(self.down())
