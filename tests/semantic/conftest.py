@@ -38,3 +38,12 @@ def make_cache(tmp_path, minilm, clock):
     yield make
     for c in made:
         c.close()
+
+
+@pytest.fixture
+def made():
+    """Caches a test opened itself (the Redis-store tests): closed after it."""
+    caches: list[SemanticCache] = []
+    yield caches
+    for c in caches:
+        c.close()

@@ -33,14 +33,6 @@ def hang_once(server, store: EntryStore) -> None:
     assert not store.tier.healthy
 
 
-@pytest.fixture
-def made():
-    caches: list[SemanticCache] = []
-    yield caches
-    for c in caches:
-        c.close()
-
-
 def open_cache(made, url: str, prefix: str, reconnect: float = 1.0, **kw) -> SemanticCache:
     kw.setdefault("timeout", 0.5)  # not the 50 ms default: a loaded machine must not time out by itself
     store = EntryStore.redis(url, prefix=prefix, retry_interval=reconnect, **kw)

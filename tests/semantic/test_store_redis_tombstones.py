@@ -22,14 +22,6 @@ from .test_store_redis_pending import FR, JP, hang_once, q
 SYNC = 0.2
 
 
-@pytest.fixture
-def made():
-    caches: list[SemanticCache] = []
-    yield caches
-    for c in caches:
-        c.close()
-
-
 def replica(made, url: str, prefix: str, *, sync: float = SYNC, reconnect: float = 1.0, **kw) -> SemanticCache:
     store = EntryStore.redis(url, prefix=prefix, retry_interval=reconnect, timeout=0.5, sync_interval=sync, **kw)
     assert store.tier.wait_ready(5) and store.tombs is not None
