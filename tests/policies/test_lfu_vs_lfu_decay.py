@@ -26,30 +26,25 @@ from ctxcache.sim.traces import read_mooncake
 HALF_LIFE = 600.0  # lfu-decay's default: decay = ln 2 / 600 per second
 
 
-class _VictimLFU(LFU):
+class _Recording:
+    """Mixed into a policy: keeps the victims it picks, in order."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.victims: list[Any] = []
+
+    def evict(self, can_evict: Any = None) -> Any:
+        key = super().evict(can_evict)
+        self.victims.append(key)
+        return key
+
+
+class _VictimLFU(_Recording, LFU):
     name = "lfu"
 
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.victims: list[Any] = []
 
-    def evict(self, can_evict: Any = None) -> Any:
-        key = super().evict(can_evict)
-        self.victims.append(key)
-        return key
-
-
-class _VictimLFUDecay(LFUDecay):
+class _VictimLFUDecay(_Recording, LFUDecay):
     name = "lfu-decay"
-
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.victims: list[Any] = []
-
-    def evict(self, can_evict: Any = None) -> Any:
-        key = super().evict(can_evict)
-        self.victims.append(key)
-        return key
 
 
 @pytest.fixture(scope="module")
