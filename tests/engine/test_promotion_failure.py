@@ -74,3 +74,30 @@ def test_a_delete_queued_behind_a_demotion_from_the_same_tier_does_not_count_the
     _accounted(upper)
     _accounted(lower)
     cache.close()
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_block_erased_during_a_refused_slow_demotion_leaves_its_source_too(fail):
+    """A TTL expiry or erase of k (``_erase_key``, as the sweep calls it) while its slow -> slow
+    demotion is queued: k leaves the destination and, should the write be refused, the source."""
+    upper, lower = Held(1 << 20), Held(1 << 20)
+    cache = ContextCache([upper, lower], block_size=BS)
+    slot, pl, lock = cache.slots[0], cache._engine.placement, cache._engine.lock
+    store(cache, 0)
+    assert cache.flush(10)
+    (k,) = list(upper.keys())
+    lower.gate.clear()
+    lower.fail = int(fail)
+    with lock:
+        assert pl.make_room(0, 1)
+    assert lower.entered.wait(10)
+    with lock:
+        assert erasure._erase_key(cache._engine, k)
+    lower.gate.set()
+    assert cache.flush(10)
+    assert k not in upper.store and k not in lower.store  # before the fix: an orphan above (fail)
+    assert not slot.holds(k) and not slot.by_tenant and slot.used() == upper.used_bytes == 0
+    assert (slot.inflow, slot.outflow) == (0, 0) and cache.stats()["write_errors"] == int(fail)
+    _accounted(upper)
+    _accounted(lower)
+    cache.close()

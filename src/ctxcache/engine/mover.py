@@ -140,6 +140,10 @@ class Mover:
         a scan of the queue)."""
         return key in self.pending and any(m.key == key and m.src == pos and m.dst is None for m in self.queue)
 
+    def leaving(self, key: Hashable, pos: int) -> bool:
+        """Whether a move of ``key`` out of tier ``pos`` (a demotion, a delete) has not reported yet."""
+        return self._leaving[key, pos] > 0
+
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until every queued move is done. The caller must not hold the lock."""
         with self.lock:
