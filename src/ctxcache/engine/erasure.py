@@ -39,6 +39,8 @@ def _erase_key(e: Engine, key: Hashable) -> bool:
             slot.drop(key)
         elif not slot.slow and key in slot.tier:
             slot.tier.delete(key)
+        elif slot.slow and pl.mover.leaving(key, t):  # a demotion out of it is queued: should its
+            pl._drop(t, key)  # write be refused, the block stays there (an orphan) without this delete
     if node is not None:
         e.index.remove(key)
         pl.prune(node.parent)

@@ -78,6 +78,7 @@ class Mover:
         self.done = done  # called under the lock with each finished move (ok set)
         self.queue: collections.deque[Move] = collections.deque()
         self.pending: dict[Hashable, Move] = {}  # latest queued move per key
+        self._leaving: collections.Counter[tuple[Hashable, int]] = collections.Counter()  # (key, src): moves out
         self.buffered = 0
         self.busy = 0  # moves taken off the queue, not yet reported
         self._busy_since: float | None = None  # queued_at of the batch being written
@@ -96,8 +97,11 @@ class Mover:
             move.replaces = self._held(move.dst, move.key)
             self.slots[move.dst].reserve(move.reserve, move.replaces)
         if move.src is not None:
+            if move.delete_src and self._leaving[move.key, move.src]:
+                move.release = 0  # a move of it out of the tier is outstanding: its release counts it
             move.release += self._unlanded(move)
             self.slots[move.src].reserve(0, move.release)
+            self._leaving[move.key, move.src] += move.delete_src
         self.buffered += move.buffered
         move.queued_at = time.monotonic()
         self.queue.append(move)
@@ -135,6 +139,10 @@ class Mover:
         """Whether a delete of ``key`` from tier ``pos`` is queued, not sent yet (on failures only:
         a scan of the queue)."""
         return key in self.pending and any(m.key == key and m.src == pos and m.dst is None for m in self.queue)
+
+    def leaving(self, key: Hashable, pos: int) -> bool:
+        """Whether a move of ``key`` out of tier ``pos`` (a demotion, a delete) has not reported yet."""
+        return self._leaving[key, pos] > 0
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until every queued move is done. The caller must not hold the lock."""
@@ -200,6 +208,9 @@ class Mover:
                 nxt.behind = None
         if m.src is not None:
             self.slots[m.src].reserve(0, -m.release)
+            self._leaving[m.key, m.src] -= m.delete_src
+            if not self._leaving[m.key, m.src]:
+                del self._leaving[m.key, m.src]
         self.buffered -= m.buffered
         if self.pending.get(m.key) is m:
             del self.pending[m.key]

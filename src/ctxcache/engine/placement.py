@@ -341,9 +341,12 @@ class Placement:
             if node is not None and node.tier == m.dst and not stays:
                 node.tier = m.src if m.src is not None else LOST
         elif node is not None and node.tier == m.dst and not stays:
-            node.tier = LOST
-            self.c.lost += 1
-            self.prune(m.key)
+            # A promotion (no src) keeps its slow source's copy: served from there again, not lost.
+            below = [t for t in range(m.dst + 1, len(self.slots)) if self.slots[t].holds(m.key)]
+            node.tier = below[0] if below and m.key in self.tiers[below[0]] else LOST
+            if node.tier == LOST:
+                self.c.lost += 1
+                self.prune(m.key)
 
     def _refused_again(self, t: int, key: Hashable, nbytes: int) -> None:
         """A retried delete from tier ``t`` was refused again: the pass that took it counted its
