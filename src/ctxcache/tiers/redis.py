@@ -20,9 +20,7 @@ absent" without a round trip.
 
 from __future__ import annotations
 
-import re
 import threading
-import time
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,14 +32,15 @@ from .base import key_bytes
 from .blob import BlobTier
 from .bloom import KeyFilter
 from .redis_cluster import DOWN as _DOWN
-from .redis_cluster import REDIRECT, MasterDown, Masters, NoBackoff, Op, RedisCluster, Retry, log, run_pipeline
+from .redis_cluster import REDIRECT, MasterDown, Masters, Op, log, run_pipeline
 from .redis_cluster import redis_py as _redis
+from .redis_conn import RedisHealth
 
 SCAN_BATCH = 256  # keys whose headers are read in one pipeline
 HEAD_GUESS = 4096  # bytes read first from each blob: the whole header of typical blocks
 
 
-class RedisTier(BlobTier):
+class RedisTier(RedisHealth, BlobTier):
     kind = "redis"
 
     def __init__(
@@ -87,86 +86,7 @@ class RedisTier(BlobTier):
         self._thread = threading.Thread(target=self._run, name=f"ctxcache-redis-{self.name}", daemon=True)
         self._thread.start()
 
-    # --- connection and health -------------------------------------------------------------------
-    def _connect(self) -> bool:
-        opts = {
-            "socket_timeout": self.timeout,
-            "socket_connect_timeout": self.timeout,
-            "retry": Retry(NoBackoff(), 0),  # one attempt: the tier degrades instead of waiting
-        }
-        client: Any = None
-        try:
-            if self._masters is not None:
-                client = RedisCluster.from_url(self.url, **opts)
-                self._masters.check(client)  # some masters answering is enough: the others are marked down
-            else:
-                client = _redis.Redis.from_url(self.url, **opts)
-                client.ping()
-        except Exception:  # noqa: BLE001 - any failure to connect means "not yet"
-            if client is not None:
-                client.close()
-            return False
-        old, self._client = self._client, client
-        if old is not None:
-            old.close()
-        self._healthy = True
-        return True
-
-    def _fail(self, exc: BaseException) -> None:
-        self.errors += 1
-        with self._health:
-            if not isinstance(exc, _DOWN) or not self._healthy:
-                return
-            self._healthy = False
-        log.warning(
-            "redis tier %r unhealthy (%s: %s): every call answers at once (misses, refused writes, failed deletes) "
-            "until it reconnects (tried every %.1f s)", self.name, type(exc).__name__, exc, self.retry_interval,
-        )  # fmt: skip
-        self._wake.set()
-
-    def _run(self) -> None:
-        """Reconnect while unhealthy, probe the Cluster masters marked down; rebuild the Bloom filter
-        after each (re)connect, when a master is back, and periodically (not while one is down: the
-        SCAN would fail)."""
-        rebuild_due = 0.0
-        while not self._stop.is_set():
-            if not self._healthy:
-                if self._stop.wait(self.retry_interval):
-                    break
-                if not self._connect():
-                    continue
-                self.reconnects += 1
-                log.info("redis tier %r reconnected (masters still down: %s)", self.name, self.masters_down or "none")
-                rebuild_due = 0.0
-            elif self._masters is not None and self._masters.probe(self._client):
-                rebuild_due = 0.0
-            down = bool(self.masters_down)
-            if not down and (time.monotonic() >= rebuild_due or self._full()):
-                self._rebuild_filter()
-                rebuild_due = time.monotonic() + self.bloom_refresh
-            pause = self.retry_interval if down else max(0.01, rebuild_due - time.monotonic())
-            self._wake.wait(min(self.bloom_refresh, pause))
-            self._wake.clear()
-
-    def _rebuild_filter(self) -> None:
-        if self.filter is None or not self._healthy:
-            return
-        pattern = self._pattern()
-        n = len(self.prefix)
-        try:
-            self.filter.rebuild((k[n:] for k in self._client.scan_iter(match=pattern, count=1000)), len(self._sizes))
-            self._scan_failed = False
-        except Exception as exc:  # noqa: BLE001
-            self._scan_failed = True  # e.g. SCAN refused by an ACL: only the periodic refresh retries
-            self._fail(exc)
-
-    def _full(self) -> bool:
-        """The filter holds more keys than it was sized for and a rebuild may fix that now."""
-        return self.filter is not None and self.filter.saturated and not self._scan_failed
-
-    def _pattern(self) -> bytes:
-        return re.sub(rb"([*?\[\]\\])", rb"\\\1", self.prefix) + b"*"
-
+    # --- SCAN of the prefix (connection, health and the Bloom rebuild: redis_conn.py) --------------
     def stored_keys_of(self, tenant: bytes | None) -> list[bytes] | None:
         """SCAN the prefix (every primary of a cluster) and read each block's header with GETRANGE,
         never its payload: the keys whose verified header names ``tenant``. Values that are not
@@ -219,27 +139,6 @@ class RedisTier(BlobTier):
             if (tenant is None or h.tenant == tenant) and h.key == name[n:]:
                 out.append(name[n:])
         return out
-
-    def wait_ready(self, timeout: float = 5.0) -> bool:
-        """Block until the tier is healthy, no Cluster master is down and the Bloom filter is built."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._healthy and not self.masters_down and (self.filter is None or self.filter.ready):
-                return True
-            time.sleep(0.005)
-        return False
-
-    @property
-    def healthy(self) -> bool:
-        """False while the server (a Cluster: every master) is unreachable. A Cluster with some
-        masters down is healthy: the engine keeps reading, finding and writing blocks on the others,
-        and the down masters' keys miss, refuse writes and fail deletes at once (``masters_down``)."""
-        return self._healthy
-
-    @property
-    def masters_down(self) -> list[str]:
-        """The Cluster masters ("host:port") marked down, re-probed every ``retry_interval``."""
-        return self._masters.down() if self._masters is not None else []
 
     # --- round trips -------------------------------------------------------------------------------
     def _pipeline(self, ops: Iterable[Op]) -> list[Any] | None:
