@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import shutil
 import socket
 import subprocess
@@ -174,3 +175,22 @@ def cluster_partial(redis_cluster: list[RedisServer]) -> Iterator[list[RedisServ
     finally:
         for node in redis_cluster:
             node.client().config_set("cluster-require-full-coverage", "yes")
+
+
+@pytest.fixture(autouse=True)
+def _restore_ctxcache_logger() -> Iterator[None]:
+    """The ``ctxcache`` loggers as they were before each test:
+    - `ctxcache serve` and other CLI commands install their handler on the ``ctxcache`` logger,
+      with ``propagate = False``, on the CLI runner's stream (closed afterwards);
+    - import-linter (tests/test_imports.py) configures logging with ``disable_existing_loggers``:
+      every ``ctxcache.*`` logger was disabled for the rest of the run, and caplog saw nothing in
+      tests/tiers' log tests (they passed alone, failed in the full suite)."""
+    log = logging.getLogger("ctxcache")
+    saved = (list(log.handlers), log.level, log.propagate)
+    loggers = logging.root.manager.loggerDict
+    enabled = [n for n, lg in loggers.items() if n.startswith("ctxcache") and not getattr(lg, "disabled", True)]
+    yield
+    log.handlers[:] = saved[0]
+    log.level, log.propagate = saved[1], saved[2]
+    for name in enabled:
+        logging.getLogger(name).disabled = False

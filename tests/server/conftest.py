@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 
 import httpx
 import pytest
@@ -41,14 +40,3 @@ def message(text="Hi", system=None, **kw):
     if system is not None:
         body["system"] = system
     return body
-
-
-@pytest.fixture(autouse=True)
-def _restore_ctxcache_logger():
-    """`ctxcache serve` installs its handler on the ``ctxcache`` logger (on the CLI runner's
-    stream, closed afterwards): later tests must not inherit it."""
-    log = logging.getLogger("ctxcache")
-    saved = (list(log.handlers), log.level, log.propagate)
-    yield
-    log.handlers[:] = saved[0]
-    log.level, log.propagate = saved[1], saved[2]
