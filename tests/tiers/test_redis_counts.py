@@ -16,7 +16,9 @@ TOKENS = np.arange(4, dtype="<i4").tobytes()
 
 def test_errors_and_reconnects_add_up_over_two_outages(redis_factory):
     server = redis_factory()
-    t = RedisTier(1 << 20, url=server.url, retry_interval=0.05)
+    # No Bloom filter: its rebuild after a reconnect is a background SCAN, which the next kill
+    # can meet, counting a second error for one outage (seen 2 times in 105 runs).
+    t = RedisTier(1 << 20, url=server.url, retry_interval=0.05, bloom=False)
     assert t.wait_ready(5) and t.reconnects == 0
     for outage in (1, 2):
         server.kill()
