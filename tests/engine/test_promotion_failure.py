@@ -48,21 +48,28 @@ def test_a_refused_promotion_write_leaves_the_block_served_from_its_source():
     cache.close()
 
 
-@pytest.mark.parametrize("fail", [False, True])
-def test_a_delete_queued_behind_a_demotion_from_the_same_tier_does_not_count_the_block_twice(fail):
-    """A slow -> slow demotion of k is queued (its write below held), then an erasure's delete of k
-    from the source: the demotion's outflow already counts k leaving. ``fail``: the write is refused."""
+def _demotion_held(fail: bool) -> tuple[ContextCache, Held, Held, bytes]:
+    """Two slow tiers; block 0's demotion from the upper one queued, its write below held (``fail``:
+    to be refused)."""
     upper, lower = Held(1 << 20), Held(1 << 20)
     cache = ContextCache([upper, lower], block_size=BS)
-    slot, pl, lock = cache.slots[0], cache._engine.placement, cache._engine.lock
     store(cache, 0)
     assert cache.flush(10)
     (k,) = list(upper.keys())
     lower.gate.clear()
     lower.fail = int(fail)
-    with lock:
-        assert pl.make_room(0, 1)
+    with cache._engine.lock:
+        assert cache._engine.placement.make_room(0, 1)
     assert lower.entered.wait(10)
+    return cache, upper, lower, k
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_delete_queued_behind_a_demotion_from_the_same_tier_does_not_count_the_block_twice(fail):
+    """A slow -> slow demotion of k is queued (its write below held), then an erasure's delete of k
+    from the source: the demotion's outflow already counts k leaving. ``fail``: the write is refused."""
+    cache, upper, lower, k = _demotion_held(fail)
+    slot, lock = cache.slots[0], cache._engine.lock
     with lock:
         assert slot.used() == 0
         erasure._drop_stored(cache._engine, None, {0: [k]})
@@ -80,17 +87,8 @@ def test_a_delete_queued_behind_a_demotion_from_the_same_tier_does_not_count_the
 def test_a_block_erased_during_a_refused_slow_demotion_leaves_its_source_too(fail):
     """A TTL expiry or erase of k (``_erase_key``, as the sweep calls it) while its slow -> slow
     demotion is queued: k leaves the destination and, should the write be refused, the source."""
-    upper, lower = Held(1 << 20), Held(1 << 20)
-    cache = ContextCache([upper, lower], block_size=BS)
-    slot, pl, lock = cache.slots[0], cache._engine.placement, cache._engine.lock
-    store(cache, 0)
-    assert cache.flush(10)
-    (k,) = list(upper.keys())
-    lower.gate.clear()
-    lower.fail = int(fail)
-    with lock:
-        assert pl.make_room(0, 1)
-    assert lower.entered.wait(10)
+    cache, upper, lower, k = _demotion_held(fail)
+    slot, lock = cache.slots[0], cache._engine.lock
     with lock:
         assert erasure._erase_key(cache._engine, k)
     lower.gate.set()

@@ -10,7 +10,6 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -24,14 +23,6 @@ PREFIX = b"md:"
 # Long enough that "waited on a hung master" and "did not" stay far apart on a loaded machine (a
 # batch that does not wait takes a few ms; at 0.2 s the bounds below failed once under load).
 TIMEOUT = 1.0
-
-
-@pytest.fixture
-def cluster(cluster_partial: list[RedisServer]) -> Iterator[list[RedisServer]]:
-    yield cluster_partial
-    for node in cluster_partial:
-        for name in node.client().keys(PREFIX + b"*"):
-            node.client().delete(name)
 
 
 def _tier(nodes: list[RedisServer]) -> tuple[RedisTier, dict[bytes, bytes]]:

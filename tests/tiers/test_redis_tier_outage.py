@@ -10,7 +10,6 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -20,20 +19,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from ctxcache.errors import DeleteFailedError
 from ctxcache.observability.exporter import CacheCollector
 from ctxcache.tiers import RedisTier
-from tests.conftest import RedisServer, free_port, wait_cluster_ok
+from tests.conftest import free_port, wait_cluster_ok
 
 KEYS = [bytes([i]) * 16 for i in range(30)]
 TOKENS = np.arange(4, dtype="<i4").tobytes()
 PREFIX = b"outage:"
 RETRY = 0.1  # several failed reconnect attempts fit in the pause below
-
-
-@pytest.fixture
-def cluster(cluster_partial: list[RedisServer]) -> Iterator[list[RedisServer]]:
-    yield cluster_partial
-    for node in cluster_partial:
-        for name in node.client().keys(PREFIX + b"*"):
-            node.client().delete(name)
 
 
 def _tier(url: str, **kw: object) -> RedisTier:
