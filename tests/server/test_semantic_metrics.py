@@ -6,11 +6,10 @@ from __future__ import annotations
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from ctxcache.server import ServerConfig, create_app
 from ctxcache.server.testing import LiveServer
 
-from .fake import FakeLM
-from .test_semantic import ADMIN, KEYS, ask
+from .test_semantic import ADMIN, ask
+from .test_semantic_redis import redis_semantic_app
 
 ERASE = "/v1/admin/semantic/tenants/team-a/entries"
 
@@ -23,10 +22,7 @@ def scrape(c: httpx.Client) -> dict[str, float]:
 def test_metrics_export_the_semantic_cache_and_its_pending_deletes(redis_factory, tmp_path, monkeypatch):
     monkeypatch.setenv("CTXCACHE_HOME", str(tmp_path / "home"))
     server = redis_factory()
-    store = {"kind": "redis", "url": server.url, "prefix": "met:"}
-    cfg = ServerConfig(api_keys=KEYS, semantic={"tenants": ["team-a"], "embedder": "hashing", "store": store},
-                       admin={"key": "admin-secret-1"})  # fmt: skip
-    app = create_app(FakeLM(), cfg, model_id="fake-model")
+    app = redis_semantic_app(server.url, "met:")
     assert app.state.semantic._store.tier.wait_ready(5)
     with LiveServer(app) as url, httpx.Client(base_url=url, timeout=30) as c:
         for _ in range(2):  # a miss, then a hit

@@ -8,6 +8,7 @@ import os
 import signal
 
 import httpx
+from fastapi import FastAPI
 
 from ctxcache.server import ServerConfig, create_app
 from ctxcache.server.testing import LiveServer
@@ -18,13 +19,18 @@ from .test_semantic import ADMIN, KEYS, ask
 ERASE = "/v1/admin/semantic/tenants/team-a/entries"
 
 
+def redis_semantic_app(url: str, prefix: str) -> FastAPI:
+    """A server whose semantic cache (tenant team-a, hashing embedder) stores entries on Redis."""
+    store = {"kind": "redis", "url": url, "prefix": prefix}
+    cfg = ServerConfig(api_keys=KEYS, semantic={"tenants": ["team-a"], "embedder": "hashing", "store": store},
+                       admin={"key": "admin-secret-1"})  # fmt: skip
+    return create_app(FakeLM(), cfg, model_id="fake-model")
+
+
 def test_tenant_erasure_is_unverified_while_a_redis_delete_is_pending(redis_factory, tmp_path, monkeypatch):
     monkeypatch.setenv("CTXCACHE_HOME", str(tmp_path / "home"))
     server = redis_factory()
-    store = {"kind": "redis", "url": server.url, "prefix": "api:"}
-    cfg = ServerConfig(api_keys=KEYS, semantic={"tenants": ["team-a"], "embedder": "hashing", "store": store},
-                       admin={"key": "admin-secret-1"})  # fmt: skip
-    app = create_app(FakeLM(), cfg, model_id="fake-model")
+    app = redis_semantic_app(server.url, "api:")
     tier = app.state.semantic._store.tier
     with LiveServer(app) as url, httpx.Client(base_url=url, timeout=30) as c:
         assert ask(c, "What is the capital of France?").headers["x-ctxcache-semantic-cache"] == "miss"
