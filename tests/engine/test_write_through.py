@@ -11,6 +11,7 @@ from collections.abc import Hashable, Sequence
 import pytest
 
 from ctxcache import ContextCache
+from ctxcache.errors import ConfigError
 from ctxcache.tiers import DiskTier, MemoryTier
 from ctxcache.tiers.fake import FakeSlowTier
 
@@ -205,3 +206,34 @@ def test_the_defaults_by_place(kinds, want, tmp_path, redis_server):
     cache = ContextCache(tiers, block_size=BS)
     assert [s.write for s in cache.slots] == want
     cache.close()
+
+
+def test_the_write_setting_from_a_dict_and_from_toml(tmp_path):
+    disk = {"kind": "disk", "capacity": "1MiB", "path": str(tmp_path / "d"), "fsync": False}
+    cfg = {"block_size": BS, "tiers": [{"kind": "memory", "capacity": "1MiB"}, {**disk, "write": "demote"}]}
+    cache = ContextCache.from_config(cfg)
+    assert [s.write for s in cache.slots] == ["demote", "demote"]
+    cache.close()
+    toml = tmp_path / "c.toml"
+    toml.write_text(
+        f'block_size = {BS}\n[[tiers]]\nkind = "memory"\ncapacity = "1MiB"\n'
+        f'[[tiers]]\nkind = "disk"\ncapacity = "1MiB"\npath = "{tmp_path / "t"}"\nwrite = "through"\n'
+    )
+    cache = ContextCache.from_config(toml)
+    assert [s.write for s in cache.slots] == ["demote", "through"]
+    cache.close()
+
+
+@pytest.mark.parametrize("bad", ["always", "Through", 1, True])
+def test_a_bad_write_value_is_a_config_error_naming_the_tier(bad, tmp_path):
+    disk = {"kind": "disk", "capacity": "1MiB", "path": str(tmp_path / "d"), "write": bad}
+    with pytest.raises(ConfigError, match=r'tiers\[1\] \(disk\): write must be "through" or "demote"'):
+        ContextCache.from_config({"tiers": [{"kind": "memory", "capacity": "1MiB"}, disk]})
+    assert not (tmp_path / "d").exists()  # refused before the tier opened
+
+
+def test_write_through_into_a_ram_tier_is_refused():
+    with pytest.raises(ConfigError, match="applies to disk and redis tiers"):
+        ContextCache.from_config({"tiers": [{"kind": "memory", "capacity": "1MiB", "write": "through"}]})
+    with pytest.raises(ConfigError, match="applies to disk and redis tiers"):
+        MemoryTier(1 << 20, write="through")
