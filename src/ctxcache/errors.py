@@ -75,3 +75,8 @@ class DeleteFailedError(TierUnavailableError):
 
 class SemanticInputError(CtxCacheError, ValueError):
     """A semantic-cache request or setting is unusable (empty or oversized text, threshold outside [0, 1])."""
+
+
+class EventDecodeError(CtxCacheError, ValueError):
+    """A KV-event payload (vLLM's ZMQ wire form) is not valid msgpack, not one of the shapes vLLM
+    has published, or breaks a limit. A consumer counts it and goes on: never a crashed loop."""
