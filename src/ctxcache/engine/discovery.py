@@ -5,7 +5,7 @@ indexed and charged under it (``attach``), as a lookup does when its prefix ends
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from ..codec import Block
@@ -47,12 +47,17 @@ def discover(pl: Placement, prompt: Prompt, start: int) -> list[tuple[int, Block
 
 
 def attach(
-    pl: Placement, found: list[tuple[int, Block]], parent: Hashable, depth: int, tag: Any
-) -> Iterator[tuple[Node, Any, int]]:
+    pl: Placement, found: list[tuple[int, Block]], parent: Hashable, depth: int, tag: Any,
+    expired: Callable[[Hashable], bool] = lambda key: False,
+) -> Iterator[tuple[Node, Any, int]]:  # fmt: skip
     """Under the lock: index discovered blocks under ``parent`` (pinned by the caller), pin
-    each, and yield (node, payload, tier). Stops where the chain no longer fits."""
+    each, and yield (node, payload, tier). Stops where the chain no longer fits, or at a block
+    whose TTL has run out (the lookup's walk cut the prefix there; storage still holds it until
+    the sweeper comes, and served from there it would outlive its TTL)."""
     for t, block in found:
         key = block.key
+        if expired(key):
+            return
         m = pl.mover.pending.get(key)
         if m is not None and m.dst is None and m.src == t:
             return  # being deleted from that tier

@@ -131,6 +131,8 @@ def erase_tenant(e: Engine, tenant: str) -> dict[str, Any]:
         erased, busy = _erase_nodes(e, nodes)
         for slot_pos, slot in enumerate(e.slots):  # blocks charged to the tenant the index lacks
             for key in slot.tenant_blocks(tenant):
+                if key in e.index:  # in use (a match holds it): marked expired, erased on release
+                    continue
                 e.placement._drop(slot_pos, key)
                 slot.drop(key)
                 erased.append(key)

@@ -242,7 +242,10 @@ def resolve(
         elif payloads[i] is None:
             pl.lose(nodes[i], src[i])
     del nodes[cut:], payloads[cut:], src[cut:]
-    for node, payload, t in _discovery.attach(pl, found, nodes[-1].key if nodes else ns.root, len(nodes), ns.tenant):
+    now = e.clock()
+    expired = (lambda key: e.expiry.expired(key, now)) if len(e.expiry) else (lambda key: False)
+    parent = nodes[-1].key if nodes else ns.root
+    for node, payload, t in _discovery.attach(pl, found, parent, len(nodes), ns.tenant, expired):
         pinned.append(node)
         nodes.append(node)
         payloads.append(payload)

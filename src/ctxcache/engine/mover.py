@@ -71,7 +71,9 @@ class Move:
 
 
 class Mover:
-    def __init__(self, slots: Sequence[Slot], lock: threading.RLock, done: Callable[[Move], None]) -> None:
+    def __init__(
+        self, slots: Sequence[Slot], lock: threading.RLock, done: Callable[[Move], None], manual: bool = False
+    ) -> None:
         self.slots = list(slots)
         self.tiers = [s.tier for s in slots]
         self.lock = lock
@@ -90,6 +92,10 @@ class Mover:
         self._idle = threading.Condition(lock)
         self._stopping = False
         self._thread: threading.Thread | None = None
+        # A manual mover has no thread: its caller runs each batch (``step``; the deterministic
+        # simulation interleaves them with requests), and waiting for it runs the queue in place.
+        self.manual = manual
+        self._stepping = False
 
     def submit(self, move: Move) -> None:
         """Queue a move (caller holds the lock) and charge its bytes."""
@@ -106,7 +112,7 @@ class Mover:
         move.queued_at = time.monotonic()
         self.queue.append(move)
         self.pending[move.key] = move
-        if self._thread is None:
+        if self._thread is None and not self.manual:
             self._thread = threading.Thread(target=self._run, name="ctxcache-mover", daemon=True)
             self._thread.start()
         self._work.notify()
@@ -146,11 +152,19 @@ class Mover:
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until every queued move is done. The caller must not hold the lock."""
+        if self.manual:
+            while not self._stepping and self.step():
+                pass
+            return not self.queue and not self.busy
         with self.lock:
             return self._idle.wait_for(lambda: not self.queue and not self.busy, timeout)
 
     def wait_buffer(self, limit: int, timeout: float | None = None) -> bool:
         """Block until queued payloads hold at most ``limit`` bytes (caller must not hold the lock)."""
+        if self.manual:
+            while self.buffered > limit and not self._stepping and self.step():
+                pass
+            return self.buffered <= limit or not self.queue
         with self.lock:
             return self._idle.wait_for(lambda: self.buffered <= limit or not self.queue, timeout)
 
@@ -163,6 +177,22 @@ class Mover:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def step(self) -> bool:
+        """A manual mover's next batch, run in the caller's thread (not holding the lock); False
+        when the queue is empty. A step never runs inside another (a request the simulation runs
+        in the middle of a batch's I/O cannot reorder the queue)."""
+        assert self.manual and not self._stepping, "step() is for a manual mover, one batch at a time"
+        with self.lock:
+            batch = self._take()
+        if not batch:
+            return False
+        self._stepping = True
+        try:
+            self._run_batch(batch)
+        finally:
+            self._stepping = False
+        return True
+
     # --- the thread ---------------------------------------------------------------------------------
     def _run(self) -> None:
         while True:
@@ -170,27 +200,37 @@ class Mover:
                 self._work.wait_for(lambda: self.queue or self._stopping)
                 if not self.queue:
                     return
-                batch = [self.queue.popleft()]
-                head = batch[0]
-                while self.queue and len(batch) < BATCH:
-                    nxt = self.queue[0]
-                    if (nxt.src, nxt.dst, nxt.delete_src) != (head.src, head.dst, head.delete_src):
-                        break
-                    batch.append(self.queue.popleft())
-                self.busy += len(batch)
-                self._busy_since = head.queued_at
-            try:
-                self._perform(batch)
-            except Exception:  # noqa: BLE001 - a failing backend must not kill the writer
-                for m in batch:
-                    m.ok = False
-            with self.lock:
-                for m in batch:
-                    self._finish(m)
-                self.busy -= len(batch)
-                self._busy_since = None
-                self._landing = []
-                self._idle.notify_all()
+                batch = self._take()
+            self._run_batch(batch)
+
+    def _take(self) -> list[Move]:
+        """Under the lock: the next batch (moves of one kind, queue order), counted busy."""
+        if not self.queue:
+            return []
+        batch = [self.queue.popleft()]
+        head = batch[0]
+        while self.queue and len(batch) < BATCH:
+            nxt = self.queue[0]
+            if (nxt.src, nxt.dst, nxt.delete_src) != (head.src, head.dst, head.delete_src):
+                break
+            batch.append(self.queue.popleft())
+        self.busy += len(batch)
+        self._busy_since = head.queued_at
+        return batch
+
+    def _run_batch(self, batch: list[Move]) -> None:
+        try:
+            self._perform(batch)
+        except Exception:  # noqa: BLE001 - a failing backend must not kill the writer
+            for m in batch:
+                m.ok = False
+        with self.lock:
+            for m in batch:
+                self._finish(m)
+            self.busy -= len(batch)
+            self._busy_since = None
+            self._landing = []
+            self._idle.notify_all()
 
     def lag_s(self) -> float:
         """Seconds the oldest unfinished move has waited (0 when idle); caller holds the lock.

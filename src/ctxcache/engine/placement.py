@@ -46,6 +46,7 @@ class Placement:
         *,
         promote: bool = True,
         write_buffer: int = 256 << 20,
+        manual: bool = False,
     ) -> None:
         self.slots = list(slots)
         self.tiers = [s.tier for s in self.slots]
@@ -54,7 +55,7 @@ class Placement:
         self.last = len(self.slots) - 1
         self.promote = promote
         self.write_buffer = write_buffer
-        self.mover = Mover(self.slots, lock, self._moved)
+        self.mover = Mover(self.slots, lock, self._moved, manual)
         self.persistent = [t for t, tier in enumerate(self.tiers) if tier.persistent]
         self.all_memory = not any(t.slow or t.persistent for t in self.tiers)
         self._can = [self._can_evict(t) for t in range(len(self.slots))]
