@@ -17,7 +17,7 @@ from .plan import plan
 from .shrink import kind, shrink
 
 ACTIONS = 150  # actions per seed
-BOUNDED = 40  # seeds `make test` runs (tests/simulation/test_simulation.py)
+BOUNDED = 100  # seeds `make test` runs (tests/simulation/test_simulation.py)
 
 
 def report(f: Failure, shrink_s: float) -> None:

@@ -54,6 +54,7 @@ class Sim:
         self.nested: list[Action] = []
         self.point_rng = random.Random(0)
         self.in_point = False
+        self.raised: Exception | None = None  # a violation (or error) at an I/O point, inside the mover
         self.e = self._open()
 
     # --- building the engine -------------------------------------------------------------------------
@@ -98,6 +99,8 @@ class Sim:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def check(self) -> None:
+        if self.raised is not None:
+            raise self.raised
         e = self.e
         check_accounting(e)
         check_pins(e, self.held)
@@ -119,6 +122,9 @@ class Sim:
                 self.do(self.nested.pop(0))
                 check_accounting(self.e)
                 check_pins(self.e, self.held)
+        except Exception as exc:  # the mover would take it for the tier's failure: kept, raised after
+            self.raised = self.raised or exc
+            raise
         finally:
             self.in_point = False
 

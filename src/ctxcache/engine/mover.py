@@ -68,6 +68,7 @@ class Move:
     queued_at: float = 0.0  # monotonic seconds, for the mover's lag
     replaces: int = 0  # bytes dst charged for the key when queued (a rewrite): its outflow until it lands
     behind: Move | None = None  # a delete's: the unlanded write of the key into src its ``release`` counts
+    ahead: Move | None = None  # a write's: the delete whose ``behind`` it is
 
 
 class Mover:
@@ -134,17 +135,32 @@ class Mover:
         block until the delete was sent. 0 when an earlier move of the key is queued too (the
         tier's charge may be on its way out), as in ``_held``: never counted gone twice."""
         w, src = self.pending.get(move.key), move.src
-        if move.dst is not None or src is None or w is None or w.dst != src or not w.reserve:
+        if move.dst is not None or src is None or w is None:
             return 0
-        if self.tiers[src].nbytes(move.key) != w.replaces:
+        if w.dst != src:  # a later move of the key is queued (an erasure's delete from a demotion's source)
+            w = self._write_into(move.key, src)
+        if w is None or not w.reserve or self.tiers[src].nbytes(move.key) != w.replaces:
             return 0
-        move.behind = w
+        move.behind, w.ahead = w, move
         return w.reserve - w.replaces
+
+    def _write_into(self, key: Hashable, pos: int) -> Move | None:
+        """The last queued or unlanded write of ``key`` into tier ``pos`` (a scan: rare)."""
+        for m in reversed([*(m for _, m in self._landing), *self.queue]):
+            if m.key == key and m.dst == pos:
+                return m
+        return None
 
     def deleting(self, key: Hashable, pos: int) -> bool:
         """Whether a delete of ``key`` from tier ``pos`` is queued, not sent yet (on failures only:
         a scan of the queue)."""
         return key in self.pending and any(m.key == key and m.src == pos and m.dst is None for m in self.queue)
+
+    def _queued_delete(self, m: Move) -> Move | None:
+        """A delete of ``m``'s key from its source queued behind it while it was outstanding."""
+        if m.key not in self.pending:
+            return None
+        return next((d for d in self.queue if d.key == m.key and d.src == m.src and d.dst is None), None)
 
     def leaving(self, key: Hashable, pos: int) -> bool:
         """Whether a move of ``key`` out of tier ``pos`` (a demotion, a delete) has not reported yet."""
@@ -241,13 +257,17 @@ class Mover:
     def _finish(self, m: Move) -> None:
         if m.dst is not None:
             self.slots[m.dst].reserve(-m.reserve, -m.replaces)
-            nxt = self.pending.get(m.key)
+            nxt = m.ahead
             if nxt is not None and nxt.behind is m:  # its bytes never landed: the delete behind frees the old ones
                 self.slots[m.dst].reserve(0, m.replaces - m.reserve)
                 nxt.release += m.replaces - m.reserve
                 nxt.behind = None
         if m.src is not None:
-            self.slots[m.src].reserve(0, -m.release)
+            d = self._queued_delete(m) if m.release and m.delete_src and not m.ok else None
+            if d is not None:  # it never left (its write failed): the delete queued behind, which
+                d.release += m.release  # reserved nothing for it (``submit``), frees its bytes now
+            else:
+                self.slots[m.src].reserve(0, -m.release)
             self._leaving[m.key, m.src] -= m.delete_src
             if not self._leaving[m.key, m.src]:
                 del self._leaving[m.key, m.src]
