@@ -1,8 +1,9 @@
-"""The deterministic simulation's bounded run (`make test`): seeds 0..39, 150 actions each
-(~6 s of CPU), plus the seeds that found bugs, kept as regression cases.
+"""The deterministic simulation in `make test`: seeds 0..99, 150 actions each (about 12 s of
+CPU), and the shrunk action lists of the bugs it found (regressions.py), each fixed.
 
 Seeds that fail on today's code because of bugs the simulation found and that are not fixed yet
-are marked xfail (strict: a fix makes them pass and the mark must go); docs/testing.md lists them.
+are marked xfail (strict: a fix makes them pass, and then the mark must go); docs/testing.md lists
+them under "open findings".
 """
 
 from __future__ import annotations
@@ -11,22 +12,26 @@ import pytest
 
 from .__main__ import ACTIONS, BOUNDED
 from .harness import Failure, run_seed
+from .regressions import FIXED
 
-# seed -> the open bug it shows (docs/testing.md, "Deterministic simulation": open findings)
-OPEN: dict[int, str] = {}
-
-# seeds that found bugs now fixed (docs/testing.md): each must pass
-FIXED = {
-    1: "erase_tenant deleted blocks a held match pinned, from under the reader",
-    4: "an expired block was served again through discovery (the walk cut it; storage still held it)",
-}
+OPEN: dict[int, str] = {}  # seed -> the open finding it shows (docs/testing.md)
 
 
-@pytest.mark.parametrize("seed", sorted(set(range(BOUNDED)) | set(FIXED)))
+@pytest.mark.parametrize("seed", range(BOUNDED))
 def test_seed(seed: int) -> None:
     if seed in OPEN:
-        pytest.xfail(OPEN[seed])
+        try:
+            run_seed(seed, ACTIONS)
+        except Failure:
+            pytest.xfail(OPEN[seed])
+        pytest.fail(f"seed {seed} passes now: take it off OPEN ({OPEN[seed]})")
     try:
         run_seed(seed, ACTIONS)
     except Failure as f:
         pytest.fail(f"{f}\nreplay and shrink: make simtest SEED={seed}", pytrace=False)
+
+
+@pytest.mark.parametrize("name", sorted(FIXED))
+def test_fixed_bug_stays_fixed(name: str) -> None:
+    seed, actions = FIXED[name]
+    run_seed(seed, ACTIONS, actions=actions)

@@ -36,7 +36,11 @@ def vanished(pl: Placement, t: int, key: Hashable) -> None:
                 slot.reserve(0, -m.replaces)
                 m.replaces = 0
     elif key in slot.owners:
-        slot.drop(key)
+        node = pl.index.get(key)
+        if node is not None and node.tier == t:  # indexed there (an expired block discovery read)
+            pl.lose(node, t)
+        else:
+            slot.drop(key)
 
 
 def discover(
