@@ -10,6 +10,7 @@ from the engine ends the run with a ``Failure`` naming the seed and the action.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import shutil
@@ -92,10 +93,8 @@ class Sim:
             self.close()
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # already failing: that failure is reported, not this
             self.e.close()
-        except Exception:  # noqa: BLE001 - already failing: the failure is reported, not this
-            pass
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def check(self) -> None:
@@ -107,8 +106,9 @@ class Sim:
         check_counters(e, self.model)
         mover = e.placement.mover
         if not mover.queue and not mover.busy:
-            for pos in self.backends:
-                self.model.orphans[pos] = self.model.orphans.get(pos, set()) - {key_bytes(k) for k in e.tiers[pos].keys()}
+            for pos in self.backends:  # an earlier run's block charged again is no orphan any more
+                charged = {key_bytes(k) for k in e.tiers[pos].keys()}  # noqa: SIM118 - a Tier
+                self.model.orphans[pos] = self.model.orphans.get(pos, set()) - charged
             check_idle(e, self.model)
 
     def _point(self, tier: Tier, what: str) -> None:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxcache.engine import Engine
-from ctxcache.engine.placement import LOST
 
 from .plan import BLOCK, Setup, payload_size
 

@@ -49,4 +49,11 @@ FIXED: dict[str, tuple[int, list[Action]]] = {
         ("store", "b", 0, 0), ("step", 2, 483410329, [("store", "c", 4, 1)]), ("drain",), ("down", 1, True),
         ("erase", "b"), ("down", 1, False), ("step", 3, 508766453, [("store", "b", 1, 0)]),
     ]),
+    # a tenant erased while a tier was down (the search of its storage failed: not verified) had
+    # its blocks there found again by discovery once the tier was back, and served
+    "erased_unverified_rediscovered": (54, [
+        ("step", 2, 210102569, [("store", "a", 4, 2), ("store", "b", 3, 1)]), ("step", 2, 270481421, []),
+        ("down", 1, True), ("restart",), ("erase", "a"), ("down", 1, False),
+        ("step", 1, 361309058, [("store", "a", 6, 2), ("store", "a", 4, 1)]),
+    ]),
 }  # fmt: skip

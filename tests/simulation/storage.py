@@ -20,7 +20,7 @@ def check_idle(e: Engine, model: Model) -> None:
             raise Violation(f"tier {s.name}: idle but inflow {s.inflow}, outflow {s.outflow}")
         if s.retrying:
             raise Violation(f"tier {s.name}: {len(s.retrying)} blocks still 'retrying' with no delete outstanding")
-        for key in s.owners.keys():
+        for key in s.owners.keys():  # noqa: SIM118 - a ShardedDict
             if not s.holds(key):
                 raise Violation(f"tier {s.name}: charges a block its policy does not hold")
         if len(s.policy) != len(s.owners):
@@ -34,8 +34,8 @@ def check_idle(e: Engine, model: Model) -> None:
 
 def _check_storage(s, pos: int, model: Model) -> None:  # type: ignore[no-untyped-def]
     tier = s.tier
-    charged = {key_bytes(k): n for k, n in ((k, tier.nbytes(k)) for k in tier.keys())}
-    owners = {key_bytes(k) for k in s.owners.keys()}
+    charged = {key_bytes(k): n for k, n in ((k, tier.nbytes(k)) for k in tier.keys())}  # noqa: SIM118 - a Tier
+    owners = {key_bytes(k) for k in s.owners.keys()}  # noqa: SIM118
     if set(charged) != owners:
         raise Violation(f"tier {s.name}: the tier charges {len(charged)} blocks, the slot {len(owners)} "
                         f"({len(set(charged) - owners)} only in the tier, {len(owners - set(charged))} only in the slot)")  # fmt: skip

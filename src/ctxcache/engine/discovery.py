@@ -88,8 +88,8 @@ def attach(
     the sweeper comes, and served from there it would outlive its TTL)."""
     for t, block in found:
         key = block.key
-        if expired(key) or key in pl.erased:
-            return
+        if expired(key) or key in pl.erased or block.tenant in pl.unverified:
+            return  # expired, erased (a refused delete kept it), or of a tenant erased unverified
         m = pl.mover.pending.get(key)
         if m is not None and m.dst is None and m.src == t:
             return  # being deleted from that tier

@@ -75,7 +75,9 @@ def _verify(e: Engine, keys: list[Hashable]) -> bool:
                 chunk, unreachable = keys[i : i + 256], set[int]()
                 got = tier.load_many(chunk, [None] * len(chunk), unreachable)
                 with e.lock:  # a block found corrupt there is gone: what still counted it follows
-                    for key, _ in ((k, b) for j, (k, b) in enumerate(zip(chunk, got)) if b is None and j not in unreachable):
+                    for key, _ in (
+                        (k, b) for j, (k, b) in enumerate(zip(chunk, got)) if b is None and j not in unreachable
+                    ):
                         _discovery.vanished(e.placement, t, key)
                 if any(b is not None for b in got) or unreachable:
                     return False
@@ -149,6 +151,8 @@ def erase_tenant(e: Engine, tenant: str) -> dict[str, Any]:
     verified = _verify(e, erased) and busy == 0
     stored, clean = _erase_stored(e, tenant)
     verified = verified and clean
+    with e.lock:  # blocks a tier it could not search may still hold: never discovered until verified
+        (e.placement.unverified.discard if verified else e.placement.unverified.add)(tenant.encode())
     out = {"tenant": tenant, "erased_blocks": len(erased) + stored, "found_in_storage": stored, "in_use": busy,
            "verified": verified}  # fmt: skip
     audit.info(

@@ -63,6 +63,7 @@ class Placement:
         # Keys erased (tenant erasure, TTL, flush) whose delete from some slow tier has not landed:
         # never discovered there again (a refused delete kept the block). Not kept over a restart.
         self.erased: set[Hashable] = set()
+        self.unverified: set[bytes] = set()  # tenants whose last erasure could not search every tier
 
     def _can_evict(self, t: int) -> Callable[[Any], bool]:
         if self.all_memory:  # no copies, orphans or moves in flight: the index decides alone
