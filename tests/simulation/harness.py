@@ -27,7 +27,7 @@ from .plan import BLOCK, Action, Setup, plan
 from .simtiers import Faults, SimDisk, SimRedis
 from .storage import check_idle
 
-logging.getLogger("ctxcache").setLevel(logging.CRITICAL)  # breaker and outage lines: thousands per run
+LOG = logging.getLogger("ctxcache")  # breaker and outage lines: thousands per run, silenced while one runs
 UNIT = {"memory": 128, "disk": 256, "redis": 256}  # bytes per block of capacity (payloads up to 128 B)
 
 
@@ -82,6 +82,8 @@ class Sim:
 
     # --- running -------------------------------------------------------------------------------------
     def run(self) -> None:
+        level = LOG.level
+        LOG.setLevel(logging.CRITICAL)
         try:
             for i, action in enumerate(self.actions):
                 self.step_no, self.action = i, action
@@ -91,6 +93,7 @@ class Sim:
                 self.check()
         finally:
             self.close()
+            LOG.setLevel(level)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # already failing: that failure is reported, not this
