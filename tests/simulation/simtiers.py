@@ -94,7 +94,7 @@ class SimRedis(BlobTier):
             out.append(None if block is None or (want is not None and block.tokens != want) else block)
         return out
 
-    def _decode(self, kb: bytes) -> Block | None:
+    def _decode(self, kb: bytes, drop: bool = True) -> Block | None:
         blob = self.backend.get(kb)
         if blob is None:
             return None
@@ -102,12 +102,13 @@ class SimRedis(BlobTier):
             return self._codec.decode(blob, kb)
         except CorruptBlockError:
             self.corrupt += 1
-            del self.backend[kb]  # the real tier deletes a corrupt value
+            if drop:  # the real tier's load_many deletes a corrupt value (its get_blob leaves it)
+                del self.backend[kb]
             return None
 
     def get_blob(self, key: Hashable) -> bytes | None:
         kb = key_bytes(key)
-        if not self.reachable(kb) or self._decode(kb) is None:
+        if not self.reachable(kb) or self._decode(kb, drop=False) is None:
             return None
         return self.backend[kb]
 

@@ -24,7 +24,7 @@ OPEN: dict[int, str] = {
     **dict.fromkeys((4, 8, 9, 15, 40, 51, 59, 75, 83, 95), _USED),
     **dict.fromkeys((7, 45, 55, 68, 71, 89, 93, 96), _ERASED),
     **dict.fromkeys((21, 35, 56, 61, 94), _EXPIRED),
-    **dict.fromkeys((26, 38), _CHARGED),
+    **dict.fromkeys((26,), _CHARGED),
     **dict.fromkeys((50, 63, 98, 99), _ORPHAN),
 }
 
