@@ -37,6 +37,14 @@ chromium:
 test: lint redis-server chromium
 	$(BIN)/pytest
 
+# The deterministic simulation of the engine (docs/testing.md): SEED=n replays seed n exactly and,
+# when it fails, prints the seed's setup and its shrunk action list (KEEP=i,j,...: only those
+# actions); MINUTES=m runs new seeds until m minutes have passed; neither: the 100 seeds that
+# `make test` runs (tests/simulation). Not part of `make test` itself.
+.PHONY: simtest
+simtest: install
+	nice $(BIN)/python -m tests.simulation $(if $(SEED),--seed $(SEED)) $(if $(KEEP),--keep $(KEEP)) $(if $(MINUTES),--minutes $(MINUTES) --start 100000)
+
 # Benchmarks print one JSON line each and write benchmarks/results/. libcachesim (GPL) is a
 # benchmark-only reference: installed here, never imported by src/.
 bench: install redis-server

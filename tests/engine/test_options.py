@@ -1,6 +1,7 @@
 """EngineOptions: the engine's keyword options are named once, and the facade forwards them all.
 
-An option declared on ``Engine`` itself (beside ``sleep``, the engine's own test hook) would not
+An option declared on ``Engine`` itself (beside ``sleep`` and ``background``, the engine's own test
+hooks: the second runs it without threads for the deterministic simulation) would not
 reach ``ContextCache``; one added to ``EngineOptions`` reaches it with its type."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ctxcache.engine.factory import NOT_IN_CONFIG, engine_options
 def test_the_engine_and_the_facade_take_their_options_from_one_typed_dict():
     engine = inspect.signature(Engine).parameters
     facade = inspect.signature(ContextCache).parameters
-    assert list(engine) == ["tiers", "sleep", "options"] and list(facade) == ["tiers", "options"]
+    assert list(engine) == ["tiers", "sleep", "background", "options"] and list(facade) == ["tiers", "options"]
     for params, owner in ((engine, Engine), (facade, ContextCache)):
         assert params["options"].kind is inspect.Parameter.VAR_KEYWORD
         hints = typing.get_type_hints(owner.__init__, include_extras=True)

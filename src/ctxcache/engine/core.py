@@ -38,8 +38,15 @@ SWEEP_EVERY_S = 1.0
 
 class Engine:
     def __init__(
-        self, tiers: Sequence[Tier], *, sleep: Callable[[float], None] = time.sleep, **options: Unpack[EngineOptions]
+        self,
+        tiers: Sequence[Tier],
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        background: bool = True,
+        **options: Unpack[EngineOptions],
     ) -> None:
+        """``background=False`` (the deterministic simulation): no threads; the caller steps the
+        mover (``placement.mover.step``) and calls ``sweep``."""
         check_options(options)
         block_size, clock = options.get("block_size", 256), options.get("clock", time.monotonic)
         salt, tenancy = options.get("salt", b""), options.get("tenancy")
@@ -66,6 +73,7 @@ class Engine:
             self.counters,
             promote=options.get("promote", True),
             write_buffer=options.get("write_buffer", 256 << 20),
+            manual=not background,
         )
         self.through = tiers_of(self.placement)  # slow tiers every store also queues to
         # One RAM tier of live objects: lookups need no verification beyond the index's.
@@ -73,6 +81,7 @@ class Engine:
         self._closed = False
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
+        self._background = background
         if tenancy is not None:
             self._set_tenancy(tenancy)
         for slot in self.slots:
@@ -103,7 +112,7 @@ class Engine:
             for slot in self.slots:
                 if slot.slow and slot.tier.codec is not None:
                     slot.tier.codec.sealer = sealer
-        if any(t.ttl is not None for t in tenancy.tenants.values()):
+        if self._background and any(t.ttl is not None for t in tenancy.tenants.values()):
             self._sweeper = threading.Thread(target=self._sweep_loop, name="ctxcache-ttl-sweeper", daemon=True)
             self._sweeper.start()
 
@@ -229,6 +238,7 @@ class Engine:
         self._stop.set()
         if self._sweeper is not None:
             self._sweeper.join(timeout=5)
+        self.sweep()  # expired blocks leave storage now: a restart would find them with no TTL known
         self.spill()
         self.placement.mover.stop()
         with self.lock:

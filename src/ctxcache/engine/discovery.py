@@ -5,7 +5,7 @@ indexed and charged under it (``attach``), as a lookup does when its prefix ends
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from ..codec import Block
@@ -16,9 +16,39 @@ from .placement import LOST, Placement
 DISCOVER_BATCH = 32  # blocks probed per round trip when looking for blocks the index lacks
 
 
-def discover(pl: Placement, prompt: Prompt, start: int) -> list[tuple[int, Block]]:
+def vanished(pl: Placement, t: int, key: Hashable) -> None:
+    """Under the lock, after a read of ``key`` from slow tier ``t`` came back empty (missing,
+    corrupt): a tier that found its block gone stops charging it itself, during the read, outside
+    the lock. Whatever still counted those bytes follows now: the slot's charge for the key (none
+    is left when a move of it is queued: the mover reports that one) and the bytes queued moves
+    reserved as leaving (a delete's or demotion's ``release``, a rewrite's ``replaces``), which
+    would otherwise hold ``Slot.used`` one block low until sent."""
+    tier, slot = pl.tiers[t], pl.slots[t]
+    if key in tier:
+        return  # still charged: a miss for other reasons (its tokens differ), or rewritten since
+    mover = pl.mover
+    if key in mover.pending:
+        for m in mover.queue:
+            if m.key == key and m.src == t and m.release:
+                slot.reserve(0, -m.release)
+                m.release = 0
+            if m.key == key and m.dst == t and m.replaces:
+                slot.reserve(0, -m.replaces)
+                m.replaces = 0
+    elif key in slot.owners:
+        node = pl.index.get(key)
+        if node is not None and node.tier == t:  # indexed there (an expired block discovery read)
+            pl.lose(node, t)
+        else:
+            slot.drop(key)
+
+
+def discover(
+    pl: Placement, prompt: Prompt, start: int, missed: list[tuple[int, Hashable]] | None = None
+) -> list[tuple[int, Block]]:
     """Lock released: blocks ``start``.. that persistent tiers hold but the index does not know
-    (written before a restart, or by another process). Keys come from the request's prompt
+    (written before a restart, or by another process); ``missed``: where the (tier, key) of each
+    read that came back empty is added, for ``vanished``. Keys come from the request's prompt
     (hashed once per request); each tier's filter skips sure misses without I/O; each block's
     stored tokens must match."""
     keys = prompt.keys()[start:]
@@ -39,6 +69,8 @@ def discover(pl: Placement, prompt: Prompt, start: int) -> list[tuple[int, Block
             for j, block in zip(ask, pl.tiers[t].load_many([ks[j] for j in ask], [toks[j] for j in ask])):
                 if block is not None:
                     got[j] = (t, block)
+                elif missed is not None:
+                    missed.append((t, ks[j]))
         run = next((j for j, g in enumerate(got) if g is None), limit)
         out.extend(g for g in got[:run] if g is not None)
         if run < len(ks):
@@ -47,12 +79,17 @@ def discover(pl: Placement, prompt: Prompt, start: int) -> list[tuple[int, Block
 
 
 def attach(
-    pl: Placement, found: list[tuple[int, Block]], parent: Hashable, depth: int, tag: Any
-) -> Iterator[tuple[Node, Any, int]]:
+    pl: Placement, found: list[tuple[int, Block]], parent: Hashable, depth: int, tag: Any,
+    expired: Callable[[Hashable], bool] = lambda key: False,
+) -> Iterator[tuple[Node, Any, int]]:  # fmt: skip
     """Under the lock: index discovered blocks under ``parent`` (pinned by the caller), pin
-    each, and yield (node, payload, tier). Stops where the chain no longer fits."""
+    each, and yield (node, payload, tier). Stops where the chain no longer fits, or at a block
+    whose TTL has run out (the lookup's walk cut the prefix there; storage still holds it until
+    the sweeper comes, and served from there it would outlive its TTL)."""
     for t, block in found:
         key = block.key
+        if expired(key) or key in pl.erased or block.tenant in pl.unverified:
+            return  # expired, erased (a refused delete kept it), or of a tenant erased unverified
         m = pl.mover.pending.get(key)
         if m is not None and m.dst is None and m.src == t:
             return  # being deleted from that tier

@@ -19,6 +19,7 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from ..index import Node
+from . import discovery as _discovery
 
 if TYPE_CHECKING:
     from .core import Engine
@@ -45,6 +46,8 @@ def _erase_key(e: Engine, key: Hashable) -> bool:
         e.index.remove(key)
         pl.prune(node.parent)
     e.expiry.forget(key)
+    if key in pl.mover.pending:  # a delete from a slow tier queued: until it lands, never discovered
+        pl.erased.add(key)
     return True
 
 
@@ -65,12 +68,18 @@ def _verify(e: Engine, keys: list[Hashable]) -> bool:
     """Outside the lock, after the mover drained: no persistent tier still has any key (a key its
     tier could not reach may still be stored: not verified)."""
     e.flush()
-    for slot in e.slots:
+    for t, slot in enumerate(e.slots):
         if slot.persistent and keys:
             tier = slot.tier
             for i in range(0, len(keys), 256):
                 chunk, unreachable = keys[i : i + 256], set[int]()
-                if any(b is not None for b in tier.load_many(chunk, [None] * len(chunk), unreachable)) or unreachable:
+                got = tier.load_many(chunk, [None] * len(chunk), unreachable)
+                with e.lock:  # a block found corrupt there is gone: what still counted it follows
+                    for key, _ in (
+                        (k, b) for j, (k, b) in enumerate(zip(chunk, got)) if b is None and j not in unreachable
+                    ):
+                        _discovery.vanished(e.placement, t, key)
+                if any(b is not None for b in got) or unreachable:
                     return False
     return True
 
@@ -93,6 +102,7 @@ def _drop_stored(e: Engine, tenant: str | None, found: dict[int, list[bytes]]) -
             if key in skip:
                 continue
             e.placement._drop(t, key)
+            e.placement.erased.add(key)
             if slot.holds(key) or key in slot.owners:
                 slot.drop(key)
             queued += 1
@@ -131,13 +141,18 @@ def erase_tenant(e: Engine, tenant: str) -> dict[str, Any]:
         erased, busy = _erase_nodes(e, nodes)
         for slot_pos, slot in enumerate(e.slots):  # blocks charged to the tenant the index lacks
             for key in slot.tenant_blocks(tenant):
+                if key in e.index:  # in use (a match holds it): marked expired, erased on release
+                    continue
                 e.placement._drop(slot_pos, key)
                 slot.drop(key)
                 erased.append(key)
+                e.placement.erased.add(key)
         e.counters.erased += len(erased)
     verified = _verify(e, erased) and busy == 0
     stored, clean = _erase_stored(e, tenant)
     verified = verified and clean
+    with e.lock:  # blocks a tier it could not search may still hold: never discovered until verified
+        (e.placement.unverified.discard if verified else e.placement.unverified.add)(tenant.encode())
     out = {"tenant": tenant, "erased_blocks": len(erased) + stored, "found_in_storage": stored, "in_use": busy,
            "verified": verified}  # fmt: skip
     audit.info(

@@ -82,16 +82,19 @@ def lookup(e: Engine, prompt: Prompt) -> Match:
             return finish(e, nodes, payloads, src, prompt, resolved=False)
         e.index.pin(nodes)  # held while the lock is released for I/O
     limit = throttle(e, nodes, reads, prompt.namespace.tenant)
-    unavailable = read(e, nodes, payloads, reads, limit)
+    missed: list[tuple[int, Hashable]] = []  # (tier, key) of each slow read that came back empty
+    unavailable = read(e, nodes, payloads, reads, limit, missed)
     cut = first_missing(payloads)
     discover = e.placement.persistent and cut < n_full and limit >= len(nodes)
     bucket = e.buckets.get(prompt.namespace.tenant) if discover else None
     if bucket is not None:
         discover = throttle_discovery(e, bucket)
-    found = _discovery.discover(e.placement, prompt, cut) if discover else []
+    found = _discovery.discover(e.placement, prompt, cut, missed) if discover else []
     if bucket is not None and found:
         bucket.charge(sum(block.nbytes for _, block in found))
     with e.lock:
+        for t, key in missed:
+            _discovery.vanished(e.placement, t, key)
         resolve(e, nodes, payloads, src, found, prompt.namespace, limit, unavailable)
         return finish(e, nodes, payloads, src, prompt, resolved=True)
 
@@ -209,9 +212,13 @@ def plan(e: Engine, nodes: list[Node]) -> tuple[list[Any], list[int], dict[int, 
     return payloads, src, reads
 
 
-def read(e: Engine, nodes: list[Node], payloads: list[Any], reads: dict[int, list[int]], limit: int) -> set[int]:
-    """Lock released: load from slow tiers. A failed block stays None in ``payloads``. Returns the
-    positions of those whose tier could not be reached (unavailable: kept, not lost)."""
+def read(
+    e: Engine, nodes: list[Node], payloads: list[Any], reads: dict[int, list[int]], limit: int,
+    missed: list[tuple[int, Hashable]],
+) -> set[int]:  # fmt: skip
+    """Lock released: load from slow tiers. A failed block stays None in ``payloads``, its (tier,
+    key) added to ``missed`` when the tier was reached. Returns the positions of those whose tier
+    could not be reached (unavailable: kept, not lost)."""
     unavailable: set[int] = set()
     for t, idxs in reads.items():
         idxs = [i for i in idxs if i < limit]
@@ -220,9 +227,11 @@ def read(e: Engine, nodes: list[Node], payloads: list[Any], reads: dict[int, lis
         down: set[int] = set()
         blocks = e.slots[t].tier.load_many([nodes[i].key for i in idxs], [nodes[i].tokens for i in idxs], down)
         unavailable.update(idxs[j] for j in down)
-        for i, block in zip(idxs, blocks):
+        for j, (i, block) in enumerate(zip(idxs, blocks)):
             if block is not None:
                 payloads[i] = block.payload
+            elif j not in down:
+                missed.append((t, nodes[i].key))
     return unavailable
 
 
@@ -242,7 +251,10 @@ def resolve(
         elif payloads[i] is None:
             pl.lose(nodes[i], src[i])
     del nodes[cut:], payloads[cut:], src[cut:]
-    for node, payload, t in _discovery.attach(pl, found, nodes[-1].key if nodes else ns.root, len(nodes), ns.tenant):
+    now = e.clock()
+    expired = (lambda key: e.expiry.expired(key, now)) if len(e.expiry) else (lambda key: False)
+    parent = nodes[-1].key if nodes else ns.root
+    for node, payload, t in _discovery.attach(pl, found, parent, len(nodes), ns.tenant, expired):
         pinned.append(node)
         nodes.append(node)
         payloads.append(payload)

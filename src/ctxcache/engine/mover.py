@@ -69,10 +69,13 @@ class Move:
     replaces: int = 0  # bytes dst charged for the key when queued (a rewrite): its outflow until it lands
     behind: Move | None = None  # a delete's: the unlanded write of the key into src its ``release`` counts
     through: bool = False  # a write-through copy of a block a faster tier keeps (engine/through.py)
+    ahead: Move | None = None  # a write's: the delete whose ``behind`` it is
 
 
 class Mover:
-    def __init__(self, slots: Sequence[Slot], lock: threading.RLock, done: Callable[[Move], None]) -> None:
+    def __init__(
+        self, slots: Sequence[Slot], lock: threading.RLock, done: Callable[[Move], None], manual: bool = False
+    ) -> None:
         self.slots = list(slots)
         self.tiers = [s.tier for s in slots]
         self.lock = lock
@@ -91,6 +94,10 @@ class Mover:
         self._idle = threading.Condition(lock)
         self._stopping = False
         self._thread: threading.Thread | None = None
+        # A manual mover has no thread: its caller runs each batch (``step``; the deterministic
+        # simulation interleaves them with requests), and waiting for it runs the queue in place.
+        self.manual = manual
+        self._stepping = False
 
     def submit(self, move: Move) -> None:
         """Queue a move (caller holds the lock) and charge its bytes."""
@@ -107,7 +114,7 @@ class Mover:
         move.queued_at = time.monotonic()
         self.queue.append(move)
         self.pending[move.key] = move
-        if self._thread is None:
+        if self._thread is None and not self.manual:
             self._thread = threading.Thread(target=self._run, name="ctxcache-mover", daemon=True)
             self._thread.start()
         self._work.notify()
@@ -129,12 +136,21 @@ class Mover:
         block until the delete was sent. 0 when an earlier move of the key is queued too (the
         tier's charge may be on its way out), as in ``_held``: never counted gone twice."""
         w, src = self.pending.get(move.key), move.src
-        if move.dst is not None or src is None or w is None or w.dst != src or not w.reserve:
+        if move.dst is not None or src is None or w is None:
             return 0
-        if self.tiers[src].nbytes(move.key) != w.replaces:
+        if w.dst != src:  # a later move of the key is queued (an erasure's delete from a demotion's source)
+            w = self._write_into(move.key, src)
+        if w is None or not w.reserve or self.tiers[src].nbytes(move.key) != w.replaces:
             return 0
-        move.behind = w
+        move.behind, w.ahead = w, move
         return w.reserve - w.replaces
+
+    def _write_into(self, key: Hashable, pos: int) -> Move | None:
+        """The last queued or unlanded write of ``key`` into tier ``pos`` (a scan: rare)."""
+        for m in reversed([*(m for _, m in self._landing), *self.queue]):
+            if m.key == key and m.dst == pos:
+                return m
+        return None
 
     def deleting(self, key: Hashable, pos: int) -> bool:
         """Whether a delete of ``key`` from tier ``pos`` is queued, not sent yet (on failures only:
@@ -147,17 +163,31 @@ class Mover:
         ``pending`` (its latest move) does not tell whether one concerns this tier."""
         return key in self.pending and any(m.key == key and pos in (m.src, m.dst) for m in self.queue)
 
+    def _queued_delete(self, m: Move) -> Move | None:
+        """A delete of ``m``'s key from its source queued behind it while it was outstanding."""
+        if m.key not in self.pending:
+            return None
+        return next((d for d in self.queue if d.key == m.key and d.src == m.src and d.dst is None), None)
+
     def leaving(self, key: Hashable, pos: int) -> bool:
         """Whether a move of ``key`` out of tier ``pos`` (a demotion, a delete) has not reported yet."""
         return self._leaving[key, pos] > 0
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until every queued move is done. The caller must not hold the lock."""
+        if self.manual:
+            while not self._stepping and self.step():
+                pass
+            return not self.queue and not self.busy
         with self.lock:
             return self._idle.wait_for(lambda: not self.queue and not self.busy, timeout)
 
     def wait_buffer(self, limit: int, timeout: float | None = None) -> bool:
         """Block until queued payloads hold at most ``limit`` bytes (caller must not hold the lock)."""
+        if self.manual:
+            while self.buffered > limit and not self._stepping and self.step():
+                pass
+            return self.buffered <= limit or not self.queue
         with self.lock:
             return self._idle.wait_for(lambda: self.buffered <= limit or not self.queue, timeout)
 
@@ -170,6 +200,22 @@ class Mover:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def step(self) -> bool:
+        """A manual mover's next batch, run in the caller's thread (not holding the lock); False
+        when the queue is empty. A step never runs inside another (a request the simulation runs
+        in the middle of a batch's I/O cannot reorder the queue)."""
+        assert self.manual and not self._stepping, "step() is for a manual mover, one batch at a time"
+        with self.lock:
+            batch = self._take()
+        if not batch:
+            return False
+        self._stepping = True
+        try:
+            self._run_batch(batch)
+        finally:
+            self._stepping = False
+        return True
+
     # --- the thread ---------------------------------------------------------------------------------
     def _run(self) -> None:
         while True:
@@ -177,27 +223,37 @@ class Mover:
                 self._work.wait_for(lambda: self.queue or self._stopping)
                 if not self.queue:
                     return
-                batch = [self.queue.popleft()]
-                head = batch[0]
-                while self.queue and len(batch) < BATCH:
-                    nxt = self.queue[0]
-                    if (nxt.src, nxt.dst, nxt.delete_src) != (head.src, head.dst, head.delete_src):
-                        break
-                    batch.append(self.queue.popleft())
-                self.busy += len(batch)
-                self._busy_since = head.queued_at
-            try:
-                self._perform(batch)
-            except Exception:  # noqa: BLE001 - a failing backend must not kill the writer
-                for m in batch:
-                    m.ok = False
-            with self.lock:
-                for m in batch:
-                    self._finish(m)
-                self.busy -= len(batch)
-                self._busy_since = None
-                self._landing = []
-                self._idle.notify_all()
+                batch = self._take()
+            self._run_batch(batch)
+
+    def _take(self) -> list[Move]:
+        """Under the lock: the next batch (moves of one kind, queue order), counted busy."""
+        if not self.queue:
+            return []
+        batch = [self.queue.popleft()]
+        head = batch[0]
+        while self.queue and len(batch) < BATCH:
+            nxt = self.queue[0]
+            if (nxt.src, nxt.dst, nxt.delete_src) != (head.src, head.dst, head.delete_src):
+                break
+            batch.append(self.queue.popleft())
+        self.busy += len(batch)
+        self._busy_since = head.queued_at
+        return batch
+
+    def _run_batch(self, batch: list[Move]) -> None:
+        try:
+            self._perform(batch)
+        except Exception:  # noqa: BLE001 - a failing backend must not kill the writer
+            for m in batch:
+                m.ok = False
+        with self.lock:
+            for m in batch:
+                self._finish(m)
+            self.busy -= len(batch)
+            self._busy_since = None
+            self._landing = []
+            self._idle.notify_all()
 
     def lag_s(self) -> float:
         """Seconds the oldest unfinished move has waited (0 when idle); caller holds the lock.
@@ -208,13 +264,17 @@ class Mover:
     def _finish(self, m: Move) -> None:
         if m.dst is not None:
             self.slots[m.dst].reserve(-m.reserve, -m.replaces)
-            nxt = self.pending.get(m.key)
+            nxt = m.ahead
             if nxt is not None and nxt.behind is m:  # its bytes never landed: the delete behind frees the old ones
                 self.slots[m.dst].reserve(0, m.replaces - m.reserve)
                 nxt.release += m.replaces - m.reserve
                 nxt.behind = None
         if m.src is not None:
-            self.slots[m.src].reserve(0, -m.release)
+            d = self._queued_delete(m) if m.release and m.delete_src and not m.ok else None
+            if d is not None:  # it never left (its write failed): the delete queued behind, which
+                d.release += m.release  # reserved nothing for it (``submit``), frees its bytes now
+            else:
+                self.slots[m.src].reserve(0, -m.release)
             self._leaving[m.key, m.src] -= m.delete_src
             if not self._leaving[m.key, m.src]:
                 del self._leaving[m.key, m.src]

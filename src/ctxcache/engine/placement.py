@@ -46,6 +46,7 @@ class Placement:
         *,
         promote: bool = True,
         write_buffer: int = 256 << 20,
+        manual: bool = False,
     ) -> None:
         self.slots = list(slots)
         self.tiers = [s.tier for s in self.slots]
@@ -54,11 +55,15 @@ class Placement:
         self.last = len(self.slots) - 1
         self.promote = promote
         self.write_buffer = write_buffer
-        self.mover = Mover(self.slots, lock, self._moved)
+        self.mover = Mover(self.slots, lock, self._moved, manual)
         self.persistent = [t for t, tier in enumerate(self.tiers) if tier.persistent]
         self.all_memory = not any(t.slow or t.persistent for t in self.tiers)
         self._can = [self._can_evict(t) for t in range(len(self.slots))]
         self.fairness: Fairness | None = None  # set by the engine when tenants are configured
+        # Keys erased (tenant erasure, TTL, flush) whose delete from some slow tier has not landed:
+        # never discovered there again (a refused delete kept the block). Not kept over a restart.
+        self.erased: set[Hashable] = set()
+        self.unverified: set[bytes] = set()  # tenants whose last erasure could not search every tier
 
     def _can_evict(self, t: int) -> Callable[[Any], bool]:
         if self.all_memory:  # no copies, orphans or moves in flight: the index decides alone
@@ -321,6 +326,9 @@ class Placement:
         """The mover's report, under the lock. Only failed writes and deletes need anything done."""
         if m.src is not None and m.delete_src and m.ok:  # a delete was sent: the tier's breaker learns how it went
             self.slots[m.src].deleted(refused=m.kept is not None)
+            gone = m.kept is None and m.key not in self.mover.pending and not any(m.key in t for t in self.tiers)
+            if gone and m.key in self.erased:
+                self.erased.discard(m.key)  # gone from every tier
         # A delete that failed and left the block resident: tried first next time; failed again: see _refused_again.
         if m.src is not None and self.slots[m.src].settled(m.key, refused=m.kept is not None and self._kept(m)):
             self._refused_again(m.src, m.key, m.kept or 0)

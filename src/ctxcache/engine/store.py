@@ -147,6 +147,7 @@ def _place(
                     break
                 if node is None:
                     node = index.insert(keys[i], parent, tokens, i, tag=ns.tenant)
+                    e.placement.erased.discard(node.key)  # stored anew: any kept old blob is overwritten
                 else:
                     c.repaired += 1
                 e.placement.place(0, node, payloads[i - first_block], size, blobs[i - first_block])

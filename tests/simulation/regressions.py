@@ -1,0 +1,59 @@
+"""Bugs the simulation found in the engine, each kept as the shrunk action list that showed it
+(replayed with its seed's setup: ``run_seed(seed, ACTIONS, actions=...)``). Each fails on the
+code before its fix (docs/testing.md, "Deterministic simulation")."""
+
+from __future__ import annotations
+
+from .plan import Action
+
+FIXED: dict[str, tuple[int, list[Action]]] = {
+    # erase_tenant's sweep of "blocks the index lacks" also dropped blocks still indexed and pinned
+    # by a held match: deleted from under the reader, indexed in a tier that no longer had them
+    "erase_pinned": (1, [("step", 1, 555699048, [("store", "c", 0, 1)]), ("lookup", "c", 0, True), ("erase", "c")]),
+    # the walk cut an expired block, then discovery found it still in storage and served it
+    "expired_discovered": (4, [
+        ("step", 2, 79175981, [("store", "b", 3, 0), ("store", "a", 8, 2), ("store", "c", 3, 0)]),
+        ("tick", 4.0), ("step", 1, 22658684, []), ("store", "b", 1, 2),
+    ]),
+    # an erasure queued the source's delete before the destination's while a demotion was queued:
+    # the destination's delete found the wrong move ahead and reserved 0 (Slot.used a block high)
+    "unlanded_wrong_move": (3, [
+        ("step", 3, 841500595, [("store", "a", 1, 0)]), ("store", "b", 4, 0), ("store", "c", 4, 1), ("drain",),
+        ("store", "a", 5, 0), ("erase", "a"),
+    ]),
+    # a slow->slow demotion whose write was refused settled its release, while the erasure's delete
+    # queued behind it had reserved none: Slot.used counted the block until that delete was sent
+    "failed_demotion_release": (3, [
+        ("store", "a", 7, 0), ("store", "a", 2, 2), ("faults", 2, 1.0, 0.3), ("store", "b", 6, 2),
+        ("step", 1, 513768231, [("store", "b", 2, 0), ("store", "b", 7, 0)]),
+        ("step", 3, 78610773, [("lookup", "b", 0, False), ("store", "b", 5, 2), ("store", "a", 0, 0)]),
+        ("erase", "b"),
+    ]),
+    # discovery read a corrupt block whose delete was queued: the tier dropped its charge, the
+    # delete's outflow stayed reserved (Slot.used a block low until the delete was sent)
+    "corrupt_read_queued_delete": (7, [
+        ("store", "b", 0, 2), ("step", 3, 597904678, []), ("corrupt", 0, 48), ("store", "c", 1, 0),
+        ("store", "c", 0, 2), ("store", "b", 0, 2),
+    ]),
+    # erasure's check read a corrupt block a refused delete had kept: the slot still charged it
+    "corrupt_read_erasure_check": (7, [
+        ("faults", 0, 0.3, 1.0), ("store", "b", 2, 2), ("step", 3, 735804863, []), ("corrupt", 0, 20), ("erase", "b"),
+    ]),
+    # discovery read an expired, indexed block found corrupt: uncharged, but still indexed there
+    "corrupt_expired_indexed": (36, [
+        ("step", 2, 433793505, [("store", "c", 7, 1)]), ("drain",), ("corrupt", 0, 51), ("tick", 4.0),
+        ("store", "c", 7, 1), ("step", 1, 1024808499, []),
+    ]),
+    # an erased block whose delete was refused (tier down) was found again by discovery and served
+    "erased_refused_rediscovered": (15, [
+        ("store", "b", 0, 0), ("step", 2, 483410329, [("store", "c", 4, 1)]), ("drain",), ("down", 1, True),
+        ("erase", "b"), ("down", 1, False), ("step", 3, 508766453, [("store", "b", 1, 0)]),
+    ]),
+    # a tenant erased while a tier was down (the search of its storage failed: not verified) had
+    # its blocks there found again by discovery once the tier was back, and served
+    "erased_unverified_rediscovered": (54, [
+        ("step", 2, 210102569, [("store", "a", 4, 2), ("store", "b", 3, 1)]), ("step", 2, 270481421, []),
+        ("down", 1, True), ("restart",), ("erase", "a"), ("down", 1, False),
+        ("step", 1, 361309058, [("store", "a", 6, 2), ("store", "a", 4, 1)]),
+    ]),
+}  # fmt: skip
