@@ -4,15 +4,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install run test lint bench bench-index bench-ttft bench-retention bench-semantic bench-vllm test-vllm test-vllm-gpu mutate mutate-known clean redis-server chromium
+.PHONY: install run test lint bench bench-quick bench-policies bench-tiers bench-serving bench-index bench-ttft bench-retention bench-semantic bench-vllm test-vllm test-vllm-gpu mutate mutate-known clean redis-server chromium
 
-# torch first and pinned: 2.13.0 is the CPU wheel on this machine's disk; anything unpinned
-# that depends on torch would pull a multi-GB CUDA build instead.
+# One resolver run, torch pinned in it: 2.13.0 is the CPU wheel on this machine's disk (pip's
+# find-links), and nothing unpinned that depends on torch can pull a multi-GB CUDA build while the
+# pin is in the same run. The venv's own pip is recent enough (PEP 660 editables); --no-compile
+# skips byte-compiling ~21,000 files up front (Python compiles what the tests import, once).
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,sim,model,server,redis,semantic,crypto,events]'
+	$(BIN)/pip install -q --no-compile torch==2.13.0 -e '.[dev,sim,model,server,redis,semantic,crypto,events]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
@@ -34,8 +34,11 @@ redis-server:
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
 
+# On every core (pytest-xdist): each worker draws ports from its own block and gets its own
+# $CTXCACHE_HOME, sharing the converted model (tests/conftest.py). PYTEST_WORKERS=0: one process.
+PYTEST_WORKERS ?= auto
 test: lint redis-server chromium
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS)
 
 # The deterministic simulation of the engine (docs/testing.md): SEED=n replays seed n exactly and,
 # when it fails, prints the seed's setup and its shrunk action list (KEEP=i,j,...: only those
@@ -45,40 +48,82 @@ test: lint redis-server chromium
 simtest: install
 	nice $(BIN)/python -m tests.simulation $(if $(SEED),--seed $(SEED)) $(if $(KEEP),--keep $(KEEP)) $(if $(MINUTES),--minutes $(MINUTES) --start 100000)
 
-# Benchmarks print one JSON line each and write benchmarks/results/. libcachesim (GPL) is a
-# benchmark-only reference: installed here, never imported by src/.
-bench: install redis-server
+# Benchmarks print one JSON line each and write benchmarks/results/ (benchmarks/README.md: which
+# claim each backs, its result file and doc section). `make bench` runs every one that backs a claim
+# in the docs, group by group (hours: bench-index ~1 h, bench-semantic ~1.5 h, bench-retention
+# ~40 min, soak 30 min, bench-vllm ~21 min; run on an idle machine); `make bench-quick` the fast
+# ones (the list `make bench` ran before). libcachesim (GPL) is a benchmark-only reference: installed here, never imported by src/.
+bench: bench-policies bench-tiers bench-serving bench-index bench-semantic bench-retention bench-vllm
+
+bench-quick: install redis-server
 	$(BIN)/pip install -q libcachesim
-	$(BIN)/python benchmarks/bench_lookup.py
-	$(BIN)/python benchmarks/bench_tiers.py
-	$(BIN)/python benchmarks/bench_sim.py
-	$(BIN)/python benchmarks/bench_libcachesim_check.py
-	$(BIN)/python benchmarks/bench_policies.py
-	$(BIN)/python benchmarks/bench_sim_vs_engine.py
-	$(BIN)/python benchmarks/bench_lfu_vs_lfu_decay.py
-	$(BIN)/python benchmarks/bench_prefix_aware_variants.py
-	$(BIN)/python benchmarks/seed_claims.py
-	$(BIN)/python benchmarks/bench_observability.py
-	$(BIN)/python benchmarks/bench_dead_tier_deletes.py
-	$(BIN)/python benchmarks/bench_semantic_tombstones.py
+	$(BIN)/python benchmarks/index/bench_lookup.py
+	$(BIN)/python benchmarks/tiers/bench_tiers.py
+	$(BIN)/python benchmarks/policies/bench_sim.py
+	$(BIN)/python benchmarks/policies/bench_libcachesim_check.py
+	$(BIN)/python benchmarks/policies/bench_policies.py
+	$(BIN)/python benchmarks/policies/bench_sim_vs_engine.py
+	$(BIN)/python benchmarks/policies/bench_lfu_vs_lfu_decay.py
+	$(BIN)/python benchmarks/policies/bench_prefix_aware_variants.py
+	$(BIN)/python benchmarks/policies/seed_claims.py
+	$(BIN)/python benchmarks/serving/bench_observability.py
+	$(BIN)/python benchmarks/tiers/bench_dead_tier_deletes.py
+	$(BIN)/python benchmarks/semantic/bench_semantic_tombstones.py
+
+# Eviction policies and the simulator on the Mooncake traces (docs/policies.md, prefix-aware.md,
+# seed-claims.md).
+bench-policies: install
+	$(BIN)/pip install -q libcachesim
+	$(BIN)/python benchmarks/policies/bench_sim.py
+	$(BIN)/python benchmarks/policies/bench_libcachesim_check.py
+	$(BIN)/python benchmarks/policies/bench_policies.py
+	$(BIN)/python benchmarks/policies/bench_sim_vs_engine.py
+	$(BIN)/python benchmarks/policies/bench_lfu_vs_lfu_decay.py
+	$(BIN)/python benchmarks/policies/bench_prefix_aware_variants.py
+	$(BIN)/python benchmarks/policies/seed_claims.py
+
+# Storage tiers against their plain baselines, a Redis Cluster, a dead tier's deletes, the cost of
+# write-through copies (docs/storage.md).
+bench-tiers: install redis-server
+	$(BIN)/python benchmarks/tiers/bench_tiers.py
+	$(BIN)/python benchmarks/tiers/bench_redis_cluster.py
+	$(BIN)/python benchmarks/tiers/bench_dead_tier_deletes.py
+	$(BIN)/python benchmarks/tiers/bench_write_through.py
+
+# The service: TTFT (bench-ttft), streaming, observability overhead, fairness, the TTL sweeper,
+# the cross-tenant timing audit and the 30-minute memory soak (docs/serving.md, metrics.md,
+# tenancy.md, security.md).
+bench-serving: install bench-ttft
+	$(BIN)/python benchmarks/serving/bench_stream.py --repeats 3
+	$(BIN)/python benchmarks/serving/bench_observability.py
+	$(BIN)/python benchmarks/serving/bench_fairness.py
+	$(BIN)/python benchmarks/serving/bench_ttl.py
+	$(BIN)/python benchmarks/serving/timing_audit.py
+	$(BIN)/python benchmarks/serving/soak.py --minutes 30 --clients 16 --seed-docs 40 --seeded 0.7 --fresh 0.2 --doc-words 2400 --memtrace
 
 # The index growing to millions of blocks, today's tree against the one before the sharding
 # (ff0c450), each in its own process (~20 min each), then the LRU order's structures alone
 # (~10 min), the shard rebuilds that share an insert, and a deep lookup's parts, warm and cold
-# (~10 min); run on an idle machine (docs/index-scale.md).
+# (~10 min), the 32k-token lookup against vLLM's old hashing, the machine's own 10 ms floor
+# (10 min) and a compiled key map (preshed, benchmark-only, in build/); run on an idle machine
+# (docs/index-scale.md).
 bench-index: install
-	$(BIN)/python benchmarks/bench_index_growth.py --tree base --max-blocks 10000000 --max-seconds 1700
-	$(BIN)/python benchmarks/bench_index_growth.py --tree new --max-blocks 10000000 --max-seconds 1700
-	$(BIN)/python benchmarks/bench_index_growth.py --combine
-	$(BIN)/python benchmarks/bench_order_shards.py
-	$(BIN)/python benchmarks/bench_resize_stagger.py
-	$(BIN)/python benchmarks/bench_lookup_ab.py --blocks 1500000 > benchmarks/results/lookup_ab.json
-	$(BIN)/python benchmarks/bench_lookup_parts_cold.py --blocks 4000000
+	$(BIN)/python benchmarks/index/bench_index_growth.py --tree base --max-blocks 10000000 --max-seconds 1700
+	$(BIN)/python benchmarks/index/bench_index_growth.py --tree new --max-blocks 10000000 --max-seconds 1700
+	$(BIN)/python benchmarks/index/bench_index_growth.py --combine
+	$(BIN)/python benchmarks/index/bench_order_shards.py
+	$(BIN)/python benchmarks/index/bench_resize_stagger.py
+	$(BIN)/python benchmarks/index/bench_lookup_ab.py --blocks 1500000 > benchmarks/results/lookup_ab.json
+	$(BIN)/python benchmarks/index/bench_lookup_parts_cold.py --blocks 4000000
+	$(BIN)/python benchmarks/index/bench_lookup.py
+	$(BIN)/python benchmarks/index/bench_machine_floor.py --seconds 600
+	$(BIN)/pip install -q --target build/preshed preshed==3.0.15
+	PYTHONPATH=build/preshed $(BIN)/python benchmarks/index/bench_compact_map.py
 
 # The serving benchmark: 10 sessions x 6 turns against the live server, cache on/off and a
 # block-size sweep (~15 min on 2 cores).
 bench-ttft: install
-	$(BIN)/python benchmarks/bench_ttft.py
+	$(BIN)/python benchmarks/serving/bench_ttft.py
 
 # vLLM (CPU build) lives in its own virtualenv: it needs transformers<5.20 and pulls CUDA builds of
 # torchvision/torchaudio/torchcodec that break `from vllm import LLM`, so those are removed.
@@ -108,7 +153,7 @@ test-vllm-gpu:
 # vLLM chat benchmark (~21 min): APC alone, vLLM's offloading connectors, ctxcache RAM and RAM+disk,
 # LMCache when LMCACHE_SITE or LMCACHE_PYTHON is set (docs/vllm.md), each restarted once.
 bench-vllm: install $(VLLM_STAMP)
-	CTXCACHE_VLLM_MODEL=$(VLLM_MODEL) $(VLLM_VENV)/bin/python benchmarks/bench_vllm.py
+	CTXCACHE_VLLM_MODEL=$(VLLM_MODEL) $(VLLM_VENV)/bin/python benchmarks/vllm/bench_vllm.py
 
 # Mutation testing (docs/testing.md), not part of `make test`: mutmut over keys, index, codec,
 # policies, tiers and engine, each group's mutants run against that group's own tests; results
@@ -133,19 +178,21 @@ mutate-known: install
 # second command of each pair loads instead of building).
 bench-semantic: install
 	$(BIN)/pip install -q usearch==2.26.6 numkong==7.8.6 faiss-cpu==1.15.1
-	$(BIN)/python benchmarks/bench_semantic.py
-	$(BIN)/python benchmarks/bench_ann.py --sizes 10000,1000000
-	$(BIN)/python benchmarks/bench_ann_scale.py --workdir build/ann-scale
-	$(BIN)/python benchmarks/bench_ann_scale.py --workdir build/ann-scale --ef 512,1024,auto --out ann_scale_auto.json
-	$(BIN)/python benchmarks/bench_ann_scale.py --workdir build/ann-scale --rank 16 --out ann_scale_lowrank.json
-	$(BIN)/python benchmarks/bench_ann_scale.py --workdir build/ann-scale --rank 16 --ef 512,1024,auto --out ann_scale_lowrank_auto.json
+	$(BIN)/python benchmarks/semantic/bench_semantic.py
+	$(BIN)/python benchmarks/semantic/bench_ann.py --sizes 10000,1000000
+	$(BIN)/python benchmarks/semantic/bench_ann_scale.py --workdir build/ann-scale
+	$(BIN)/python benchmarks/semantic/bench_ann_scale.py --workdir build/ann-scale --ef 512,1024,auto --out ann_scale_auto.json
+	$(BIN)/python benchmarks/semantic/bench_ann_scale.py --workdir build/ann-scale --rank 16 --out ann_scale_lowrank.json
+	$(BIN)/python benchmarks/semantic/bench_ann_scale.py --workdir build/ann-scale --rank 16 --ef 512,1024,auto --out ann_scale_lowrank_auto.json
+	$(MAKE) redis-server
+	$(BIN)/python benchmarks/semantic/bench_semantic_tombstones.py
 
 # Retention, KV precision and truncation quality on the real model (~40 min on 2 busy cores).
 bench-retention: install
-	$(BIN)/python benchmarks/bench_retention.py --part ppl
-	$(BIN)/python benchmarks/bench_retention.py --part passkey
-	$(BIN)/python benchmarks/bench_kv_precision.py
-	$(BIN)/python benchmarks/bench_truncation.py
+	$(BIN)/python benchmarks/retention/bench_retention.py --part ppl
+	$(BIN)/python benchmarks/retention/bench_retention.py --part passkey
+	$(BIN)/python benchmarks/retention/bench_kv_precision.py
+	$(BIN)/python benchmarks/retention/bench_truncation.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache build/mutation build/known-mutants

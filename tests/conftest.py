@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import random
 import shutil
 import socket
 import subprocess
@@ -42,10 +44,38 @@ def payload_for(namespace: str, tokens: list[int] | tuple[int, ...], block: int,
 # missing redis-server fails these tests: `make test` installs it.
 
 
+# Ports for servers a test starts: bind(0) and close leaves a window in which the kernel can hand
+# the same port to another process's bind(0), and under pytest-xdist every worker asks at once. So
+# each worker draws from its own block below the kernel's ephemeral range (32768-60999 on Linux,
+# where clients' outgoing ports come from), never twice in a row the same, and checks by binding.
+_PORT_BASE, _PORT_BLOCK = 20000, 1500
+
+
+def _worker_index() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")  # "gw3"; unset without xdist
+    return int(worker[2:]) if worker[2:].isdigit() else 0
+
+
+_port_rng = random.Random(os.getpid())
+_ports_given: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    lo = _PORT_BASE + (_worker_index() % 8) * _PORT_BLOCK
+    for _ in range(200):
+        port = lo + _port_rng.randrange(_PORT_BLOCK)
+        if port in _ports_given:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _ports_given.add(port)
+        if len(_ports_given) > _PORT_BLOCK // 2:  # a long run: forget the oldest hand-outs
+            _ports_given.clear()
+        return port
+    raise RuntimeError(f"no free port in {lo}-{lo + _PORT_BLOCK - 1}")
 
 
 class RedisServer:
@@ -175,6 +205,28 @@ def cluster_partial(redis_cluster: list[RedisServer]) -> Iterator[list[RedisServ
     finally:
         for node in redis_cluster:
             node.client().config_set("cluster-require-full-coverage", "yes")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ctxcache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Each test process its own $CTXCACHE_HOME, so what servers save there (kv/, semantic/) is
+    neither the user's nor another xdist worker's; its models/ and gguf/ are the user's (linked):
+    the model is converted once for every worker and later run, the conversion serialized by
+    model_store's lock file and published by an atomic rename."""
+    from ctxcache.integrations.model_store import ctxcache_home
+
+    shared = ctxcache_home()
+    home = tmp_path_factory.mktemp("ctxcache-home")
+    for name in ("models", "gguf"):
+        (shared / name).mkdir(parents=True, exist_ok=True)
+        (home / name).symlink_to(shared / name, target_is_directory=True)
+    before = os.environ.get("CTXCACHE_HOME")
+    os.environ["CTXCACHE_HOME"] = str(home)
+    yield home
+    if before is None:
+        os.environ.pop("CTXCACHE_HOME", None)
+    else:
+        os.environ["CTXCACHE_HOME"] = before
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""benchmarks/bench_index_growth.py and its worker: a stall says whether the kernel or our code took
+"""benchmarks/index/bench_index_growth.py and its worker: a stall says whether the kernel or our code took
 the time, the constant-work op's stalls are kept beside store's and lookup's, and results saved
 before that (benchmarks/results/index_growth.json) still render, with "n/a" where a field is new."""
 
@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "benchmarks"
+BENCH = ROOT / "benchmarks" / "index"
+RESULTS = ROOT / "benchmarks" / "results"
 
 
 @pytest.fixture
@@ -76,7 +77,7 @@ def test_sys_time_without_faults_and_too_short_ops_are_told_apart(stalls: Module
 
 
 def test_results_saved_before_the_noise_stalls_render_with_na(stalls: ModuleType, tmp_path: Path) -> None:
-    saved = BENCH / "results" / "index_growth_ordereddict_4096.json"  # saved before the noise stalls were kept
+    saved = RESULTS / "index_growth_ordereddict_4096.json"  # saved before the noise stalls were kept
     out = tmp_path / "old.json"
     r = subprocess.run(
         [sys.executable, str(BENCH / "bench_index_growth.py"), "--combine", "--from-results", str(saved)]

@@ -17,3 +17,85 @@ def test_import_contracts_hold(capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "0 broken" in out and "5 kept" in out, out
+
+
+# --- run-time imports, function-level ones included (grimp: the graph import-linter reads) ------------
+
+ENTRY_POINTS = ("ctxcache.cli", "ctxcache.cli_cache", "ctxcache.server")
+# The engine's function-module pattern (docs/ARCHITECTURE.md, "Import circles"): a module of
+# functions that take the owner as their first argument names the owner's class for its type hints
+# only (under TYPE_CHECKING), while the owner imports the module to call it. No other circle.
+TYPE_ONLY_CIRCLES = [
+    ["ctxcache.engine.core", "ctxcache.engine.erasure", "ctxcache.engine.lookup", "ctxcache.engine.store"],
+    ["ctxcache.semantic.cache", "ctxcache.semantic.erasure"],
+]
+
+
+def _graph(type_checking: bool):
+    import grimp
+
+    return grimp.build_graph("ctxcache", exclude_type_checking_imports=not type_checking, cache_dir=None)
+
+
+def _circles(graph) -> list[list[str]]:
+    """The import graph's strongly connected components of more than one module (Tarjan, iterative)."""
+    adj = {m: sorted(graph.find_modules_directly_imported_by(m) & graph.modules) for m in graph.modules}
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    for root in sorted(adj):
+        if root in order:
+            continue
+        work = [(root, 0)]
+        while work:
+            v, i = work.pop()
+            if i == 0:
+                order[v] = low[v] = len(order)
+                stack.append(v)
+                on_stack.add(v)
+            if i < len(adj[v]):
+                work.append((v, i + 1))
+                w = adj[v][i]
+                if w not in order:
+                    work.append((w, 0))
+                elif w in on_stack:
+                    low[v] = min(low[v], order[w])
+                continue
+            for w in adj[v]:
+                if w in on_stack:
+                    low[v] = min(low[v], low[w])
+            if low[v] == order[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return sorted(out)
+
+
+def test_no_module_imports_an_entry_point_at_run_time():
+    """Also an import inside a function (observability/cli.py took ``default_trace`` from cli.py so):
+    every package below the entry points, present or added later, without a list to keep."""
+    graph = _graph(type_checking=False)
+    up = []
+    for target in ENTRY_POINTS:
+        for mod in {target} | graph.find_descendants(target):
+            for importer in graph.find_modules_that_directly_import(mod):
+                if not importer.startswith(ENTRY_POINTS) and importer != "ctxcache":
+                    up.append(f"{importer} -> {mod}")
+    assert up == []
+
+
+def test_no_import_circle_at_run_time():
+    assert _circles(_graph(type_checking=False)) == []
+
+
+def test_the_type_only_circles_are_the_named_ones():
+    """A new circle through a TYPE_CHECKING import is either removed or named in ARCHITECTURE.md and here."""
+    assert _circles(_graph(type_checking=True)) == TYPE_ONLY_CIRCLES

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -25,24 +24,12 @@ from .policies import policy_names
 from .sim.costmodel import PRESETS, get_cost_model
 from .sim.report import plot_curves, render_table, run_grid, to_record
 from .sim.simulator import SEMANTICS, Trace
-from .sim.traces import MOONCAKE_BLOCK, count_lines, read_mooncake
+from .sim.traces import MOONCAKE_BLOCK, count_lines, default_trace, read_mooncake
 
 app = typer.Typer(add_completion=False, help="ctxcache: a dynamic context (KV) cache for LLM inference.")
 app.add_typer(cache_app, name="cache")
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
-
-
-def default_trace(name: str = "mooncake_conversation_trace.jsonl") -> Path:
-    """Traces live in ../shared/traces next to the repo; CTXCACHE_TRACES overrides."""
-    env = os.environ.get("CTXCACHE_TRACES")
-    if env:
-        return Path(env) / name
-    for base in (Path.cwd(), Path(__file__).resolve().parents[2]):
-        cand = base.parent / "shared" / "traces" / name
-        if cand.exists():
-            return cand
-    return Path.cwd().parent / "shared" / "traces" / name
 
 
 def _fail(msg: str) -> NoReturn:

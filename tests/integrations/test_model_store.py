@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +51,47 @@ def test_prepared_default_model_is_complete():
         assert (d / name).is_file(), name
     assert "start_of_turn" in (d / "chat_template.jinja").read_text()
     assert not list(d.parent.glob("*.tmp-*")), "an interrupted conversion was left behind"
+
+
+_PREPARE = """
+import os, sys, time
+from pathlib import Path
+import ctxcache.integrations.model_store as ms
+
+class Pkg:
+    EXPECTED_SHA256 = "ab" * 32
+
+def convert(target, *, quiet):  # the real one's protocol: build in a tmp dir, mark it ready, rename
+    with open(sys.argv[1], "a") as log:
+        log.write(f"{os.getpid()}\\n")
+    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    tmp.mkdir(parents=True)
+    time.sleep(0.5)  # long enough for the other process to arrive while this one converts
+    (tmp / "config.json").write_text("{}")
+    (tmp / ms._READY).write_text("{}")
+    os.replace(tmp, target)
+
+ms._gguf_package = lambda: Pkg
+ms._convert_default = convert
+print(ms.prepare_default_model(quiet=True))
+"""
+
+
+def test_two_processes_preparing_at_once_convert_once(tmp_path):
+    """Two xdist workers (or a test run and a starting server) asking for the model together: one
+    converts under the lock file, the other waits and takes its result."""
+    import os
+    import subprocess
+    import sys
+
+    log = tmp_path / "conversions.log"
+    env = {**os.environ, "CTXCACHE_HOME": str(tmp_path / "home")}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _PREPARE, str(log)], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=60)[0].strip() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    assert len(log.read_text().split()) == 1, "converted twice"
+    assert outs[0] == outs[1] and (Path(outs[0]) / "config.json").is_file()
+    assert not list(Path(outs[0]).parent.glob("*.tmp-*"))

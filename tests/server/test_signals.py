@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,21 +14,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ..conftest import free_port
 from ..integrations.model_fixture import text
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 PROMPT = "Summarize the town's news. " + text(70)  # ~1.3k tokens
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Served:
     def __init__(self, home: Path, model: Path, log: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         env = {**os.environ, "CTXCACHE_HOME": str(home), "PYTHONPATH": str(SRC), "OMP_WAIT_POLICY": "PASSIVE"}
         cmd = [sys.executable, "-c", "from ctxcache.cli import main; main()", "serve", "--model", str(model)]
         self.log = log.open("ab")

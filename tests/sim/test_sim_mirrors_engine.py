@@ -3,7 +3,7 @@
 ``ContextCache.lookup`` counts a request's hits and pins its prefix before ``store`` makes room and
 admits the new blocks; the simulator must do the same, or its numbers describe another cache (it
 used to report the hits after the store: LRU's hit tokens on the conversation trace's head were
-3.6 % lower than the engine's at 1/5 of the unique blocks). benchmarks/bench_sim_vs_engine.py
+3.6 % lower than the engine's at 1/5 of the unique blocks). benchmarks/policies/bench_sim_vs_engine.py
 runs the same comparison for every online policy.
 """
 

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..errors import CtxCacheError
-from ..sim.traces import read_mooncake
+from ..sim.traces import default_trace, read_mooncake
 
 if TYPE_CHECKING:
     from .analyze import Analysis
@@ -44,7 +44,6 @@ def _parse_inject(spec: str) -> tuple[str, float, float]:
 def _replay_windows(
     trace: Path | None, policy: str, size: float, window: float, tenants: int, inject: list[str], seed: int
 ) -> list[dict[str, Any]]:
-    from ..cli import default_trace
     from .replay import assign_tenants, replay
     from .replay import inject as add
 

@@ -36,7 +36,8 @@ from .store import EntryStore
 from .thresholds import entry_threshold
 from .verifier import LexicalVerifier, Verifier
 
-DEFAULT_THRESHOLD = 0.86  # chosen by benchmarks/bench_semantic.py: precision >= 0.98, see docs/semantic-cache.md
+# chosen by benchmarks/semantic/bench_semantic.py: precision >= 0.98, see docs/semantic-cache.md
+DEFAULT_THRESHOLD = 0.86
 CANDIDATES = 8
 
 

@@ -3,7 +3,7 @@
 Every index holds unit vectors under integer labels and answers inner-product top-k (cosine on unit
 vectors). ``AutoIndex`` is what the cache uses per partition: exact search while the partition is
 small (exact and faster below a few thousand vectors), switched once to HNSW when it grows past
-``switch_at``. hnswlib was picked over usearch and faiss-cpu by benchmarks/bench_ann.py (figures in
+``switch_at``. hnswlib was picked over usearch and faiss-cpu by benchmarks/semantic/bench_ann.py (figures in
 docs/semantic-cache.md, measured at 10^4 vectors): recall and queries/s level with faiss, the fastest
 build, the least memory, in-place deletes (``mark_deleted`` + ``replace_deleted``), the smallest
 dependency.
@@ -99,7 +99,7 @@ def scaled_ef(n: int) -> int:
     to HNSW), then x2 per x4 entries (as sqrt(n)), at most 512. Why: at a fixed ef the share of
     lookups whose nearest entry the graph misses grows with the partition (ef 64 missed a paraphrased
     entry for 4-5 % of near-duplicate queries at 10^5 entries, 26 % at 10^6); each doubling of ef cut
-    that, at well under the ~10 ms a lookup spends embedding (benchmarks/bench_ann_scale.py, figures
+    that, at well under the ~10 ms a lookup spends embedding (benchmarks/semantic/bench_ann_scale.py, figures
     and the cap's reason in docs/semantic-cache.md)."""
     return min(EF_CAP, max(EF_FLOOR, round(EF_FLOOR * math.sqrt(n / EF_FLOOR_UNTIL))))
 

@@ -66,7 +66,7 @@ from ..observability.service import ObsConfig, obs_config_from
 
 log = logging.getLogger("ctxcache.server")
 
-# Measured with benchmarks/bench_ttft.py (multi-turn chat, 1-3k token histories): see docs/serving.md.
+# Measured with benchmarks/serving/bench_ttft.py (multi-turn chat, 1-3k token histories): see docs/serving.md.
 DEFAULT_BLOCK_SIZE = 32
 DEFAULT_TIERS: list[dict[str, Any]] = [{"kind": "memory", "capacity": "2GiB", "policy": "lru"}]
 DEFAULT_TENANT = "default"

@@ -1,6 +1,6 @@
 """Keep the server's RSS near what it holds: model weights + cache tiers + a working set.
 
-Measured with benchmarks/soak.py (see docs/serving.md): without these settings the RSS of a
+Measured with benchmarks/serving/soak.py (see docs/serving.md): without these settings the RSS of a
 busy server kept climbing far past the bytes the cache held. Python objects were not the cause
 (tracemalloc stayed flat); glibc's allocator was:
 - every thread that allocates (event loop, model worker, tokenizer lanes, torch's intra-op pool)

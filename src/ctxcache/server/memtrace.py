@@ -6,7 +6,7 @@ glibc's allocator view (mallinfo2: bytes in use, free inside arenas, mmapped), t
 each tier's accounted bytes next to the bytes its payloads really keep alive (a view keeps its
 whole base buffer), and the write buffer. ``CTXCACHE_MEMTRACE_FRAMES=N`` also runs tracemalloc
 (N frames; it slows the server) and adds the Python heap and the top growth by traceback since
-the first sample. benchmarks/soak.py sets these with ``--memtrace``. Diagnostics only: nothing
+the first sample. benchmarks/serving/soak.py sets these with ``--memtrace``. Diagnostics only: nothing
 reads the trace back into the server.
 """
 

@@ -3,7 +3,7 @@
 ``simulate`` models what the engine tells a policy; this runs the engine itself, one memory tier
 of 1-byte blocks with no watermarks, each trace block id spread over ``BS`` tokens, so the two can
 be compared hit token for hit token (tests/sim/test_sim_mirrors_engine.py,
-benchmarks/bench_sim_vs_engine.py).
+benchmarks/policies/bench_sim_vs_engine.py).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,18 @@ from pathlib import Path
 from ..errors import TraceError
 
 MOONCAKE_BLOCK = 512
+
+
+def default_trace(name: str = "mooncake_conversation_trace.jsonl") -> Path:
+    """Traces live in ../shared/traces next to the repo; CTXCACHE_TRACES overrides."""
+    env = os.environ.get("CTXCACHE_TRACES")
+    if env:
+        return Path(env) / name
+    for base in (Path.cwd(), Path(__file__).resolve().parents[3]):  # src/ctxcache/sim -> the repo
+        cand = base.parent / "shared" / "traces" / name
+        if cand.exists():
+            return cand
+    return Path.cwd().parent / "shared" / "traces" / name
 
 
 @dataclass(frozen=True)
