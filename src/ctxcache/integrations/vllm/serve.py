@@ -64,6 +64,24 @@ def kv_transfer_config(cache_config: str | Path | dict[str, Any] | None = None) 
     }
 
 
+# Set by ``ctxcache serve`` itself: given again after ``--`` they would silently win (argparse keeps
+# the last), e.g. a --kv-transfer-config there would drop the connector.
+_OWN_FLAGS = {"model": "--model", "host": "--host", "port": "--port", "kv-transfer-config": "--cache-config"}
+
+
+def check_passthrough(args: list[str]) -> None:
+    """Refuse vLLM arguments that ``ctxcache serve --engine vllm`` sets from its own options."""
+    for arg in args:
+        if not arg.startswith("--"):
+            continue
+        name = arg[2:].split("=", 1)[0].replace("_", "-")  # vLLM accepts --max_model_len too
+        if name in _OWN_FLAGS:
+            raise ConfigError(
+                f"{arg.split('=', 1)[0]} after `--` would override ctxcache's own setting: "
+                f"use `ctxcache serve {_OWN_FLAGS[name]}` instead"
+            )
+
+
 def vllm_command(
     python: str, model: Path, host: str, port: int, cache_config: Path | None = None, extra: list[str] | None = None
 ) -> list[str]:
