@@ -39,7 +39,7 @@ log = logging.getLogger("ctxcache.engine")
 class Counters:
     """The engine's event counters, by owner: the lookup (``lookups`` .. ``lookup_tokens``), the
     store (``stores`` .. ``rejected``) and placement (``evictions`` .. ``delete_errors``, but
-    ``discovered``: discovery's). Each field is changed by exactly one of them."""
+    ``discovered``: discovery's; ``through_*``: engine/through.py's). Each field is changed by exactly one of them."""
 
     lookups: int = 0
     stores: int = 0
@@ -65,6 +65,8 @@ class Counters:
     throttled_recomputes: int = 0  # loads given up for recompute when the bucket was empty (lookup)
     expired: int = 0  # blocks reclaimed by the TTL sweeper (erasure)
     erased: int = 0  # blocks removed by tenant erasure or flush (erasure)
+    through_writes: int = 0  # write-through copies queued for slow tiers (through)
+    through_dropped: int = 0  # write-through copies refused: tier full/over quota/down, write buffer full (through)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -76,7 +78,7 @@ class Slot:
     __slots__ = (
         "pos", "tier", "policy", "name", "capacity", "high", "low", "slow", "persistent", "kind",
         "hits", "evictions", "inflow", "outflow", "owners", "by_tenant", "quotas", "owner_of", "_pairs",
-        "retry", "retrying", "refusals", "backoff", "probe_at", "clock",
+        "retry", "retrying", "refusals", "backoff", "probe_at", "clock", "write",
     )  # fmt: skip
 
     def __init__(self, pos: int, tier: Tier, policy: Policy, clock: Callable[[], float] = time.monotonic) -> None:
@@ -106,6 +108,9 @@ class Slot:
         self.refusals = 0
         self.backoff = 0.0  # seconds from the next probe to the one after
         self.probe_at = 0.0  # the next probe's time, while the breaker is open
+        # "through": every store queues a copy here (engine/through.py); "demote": only demotions
+        # reach it. Resolved from the tier's setting and its place by the factory (``write_mode``).
+        self.write = "demote"
 
     @property
     def codec(self) -> Codec | None:
@@ -290,6 +295,7 @@ class Slot:
     def stats(self) -> dict[str, Any]:
         out = self.tier.stats()
         out.update(policy=self.policy.name, capacity=self.capacity, hits=self.hits, evictions=self.evictions)
+        out["write"] = self.write
         out["tenants"] = dict(self.by_tenant)
         out.update(self.breaker())
         return out
