@@ -86,3 +86,11 @@ def test_passthrough_refuses_what_ctxcache_sets(tmp_path: Path, monkeypatch: pyt
 def test_passthrough_needs_the_vllm_engine() -> None:
     result = CliRunner().invoke(app, ["serve", "--", "--max-num-batched-tokens", "512"])
     assert result.exit_code == 2 and "need --engine vllm" in result.output
+
+
+def test_a_shutdown_timeout_gives_the_worker_time_to_flush(tmp_path: Path) -> None:
+    # vLLM's default 0 kills the worker milliseconds after SIGTERM: the connector's close never runs.
+    argv = vllm_command("/py", tmp_path, "127.0.0.1", 8001)
+    assert argv[argv.index("--shutdown-timeout") + 1] == "8"
+    mine = vllm_command("/py", tmp_path, "127.0.0.1", 8001, extra=["--shutdown_timeout=30"])
+    assert "--shutdown-timeout" not in mine and mine[-1] == "--shutdown_timeout=30"
