@@ -80,6 +80,11 @@ def _serve(server: Server, prompts: list[list[int]]) -> list[dict[str, Any]]:
         raise
 
 
+def _record(tmp: Path, **runs: Any) -> None:
+    """The requests' figures (cached tokens, wall times, outputs) next to the servers' logs."""
+    (tmp / "results.json").write_text(json.dumps(runs, indent=1))
+
+
 def _check_reuse(after: dict[str, Any], before: dict[str, Any], what: str, server: Server) -> None:
     lines = server.log.read_text(errors="replace").splitlines()
     shutdown = "\n".join(line[:200] for line in lines if "[shutdown]" in line or "ctxcache" in line)
@@ -103,6 +108,7 @@ def test_module_server_survives_sigterm_and_sigkill(tmp_path: Path, cache_toml: 
     s3 = _module_server(tmp_path, cache_toml, "s3")
     r3, p3 = _serve(s3, [R, P])
     s3.stop(signal.SIGTERM)
+    _record(tmp_path, p1=p1, p2=p2, r2=r2, r3=r3, p3=p3, sigterm_stop_s=stop_s)
     _check_reuse(r3, r2, "after SIGKILL of the process group", s2)
     _check_reuse(p3, p1, "P after two restarts", s3)
 
@@ -117,5 +123,6 @@ def test_ctxcache_serve_passes_vllm_args_and_survives_sigkill(tmp_path: Path, ca
     s2 = _ctxcache_server(tmp_path, cache_toml, "c2")
     (p2,) = _serve(s2, [P])
     s2.stop(signal.SIGTERM)
+    _record(tmp_path, p1=p1, p2=p2)
     # cached_tokens is in the usage only with --enable-prompt-tokens-details, passed after `--`.
     _check_reuse(p2, p1, "ctxcache serve after SIGKILL", s1)
