@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Hashable, Sequence
 
+import numpy as np
 import pytest
 
 from ctxcache import ContextCache
@@ -237,3 +238,17 @@ def test_write_through_into_a_ram_tier_is_refused():
         ContextCache.from_config({"tiers": [{"kind": "memory", "capacity": "1MiB", "write": "through"}]})
     with pytest.raises(ConfigError, match="applies to disk and redis tiers"):
         MemoryTier(1 << 20, write="through")
+
+
+def test_blocks_of_different_layouts_in_one_store_are_each_charged_their_own_size(tmp_path):
+    """A store measures a copy's size once per payload layout: blocks that differ are not charged
+    one another's size (the tier's bytes and the tenant's charge agree once they landed)."""
+    cache, disk = ram_disk(tmp_path)
+    toks = prompt_of(1, n_blocks=3)
+    blocks = [[np.zeros(16, np.float32)], [np.zeros(64, np.float32)], [np.zeros(224, np.float16)]]
+    cache.store(toks, blocks)
+    cache.flush()
+    sizes = sorted(disk.nbytes(k) for k in disk.keys())  # noqa: SIM118 (a Tier method)
+    assert len(set(sizes)) == 3
+    assert cache.slots[1].tenant_used("default") == disk.used_bytes == sum(sizes) == cache.slots[1].used()
+    cache.close()

@@ -48,6 +48,7 @@ def copy_down(
     onto; the queue runs in order, so the latest lands last. One tier's copies are queued together
     (parents first), so the mover writes them in one batch (up to ``mover.BATCH``)."""
     top = pl.slots[0].codec
+    measured: dict[tuple[int, object], int] = {}  # (tier, payload layout) -> encoded bytes
     for d in reversed(through):
         slot, tier = pl.slots[d], pl.tiers[d]
         same = top is not None and tier.codec is not None and top.same_format(tier.codec)
@@ -58,7 +59,7 @@ def copy_down(
             j = node.depth - first_block
             blob = blobs[j] if same else None
             payload = None if blob is not None else payloads[j]
-            size = _room(pl, d, payload, blob, tenant) if tier.healthy else None
+            size = _room(pl, d, payload, blob, tenant, measured) if tier.healthy else None
             if size is None:
                 pl.c.through_dropped += 1
                 continue
@@ -71,13 +72,47 @@ def copy_down(
         pl.c.through_writes += len(queued)
 
 
-def _room(pl: Placement, d: int, payload: Any, blob: bytes | None, tenant: str) -> int | None:
+def _room(
+    pl: Placement, d: int, payload: Any, blob: bytes | None, tenant: str, measured: dict[tuple[int, object], int]
+) -> int | None:
     """The copy's bytes, if the write buffer and tier ``d`` (its capacity, the tenant's quota there)
     take it, room made as a demotion into it would make it; else None. Never waits."""
     try:
-        size = len(blob) if blob is not None else pl.tiers[d].size_of(payload)
+        size = len(blob) if blob is not None else _measure(pl.tiers[d].size_of, d, payload, measured)
     except PayloadError:
         return None  # a payload the tier's codec cannot encode
     if pl.mover.buffered + size > pl.write_buffer or not pl.room(d, size, tenant):
         return None
     return size
+
+
+def _measure(size_of: Any, d: int, payload: Any, measured: dict[tuple[int, object], int]) -> int:
+    """``size_of(payload)``, once per tier and payload layout in a store: measuring walks every
+    array (0.5 ms for a Gemma 3 270M block of 36 tensors), under the lock, and a store's blocks
+    share one layout (a 36-block prompt into disk and Redis: 72 walks, now 2)."""
+    sig = _layout(payload)
+    if sig is None:
+        return int(size_of(payload))
+    got = measured.get((d, sig))
+    if got is None:
+        got = measured[(d, sig)] = int(size_of(payload))
+    return got
+
+
+def _layout(payload: Any, depth: int = 0) -> object:
+    """What a payload's encoded size depends on (arrays' shapes and dtypes, names, byte lengths),
+    hashable; None for anything else (then it is measured each time)."""
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        return ("b", len(payload))
+    shape, dtype = getattr(payload, "shape", None), getattr(payload, "dtype", None)
+    if shape is not None and dtype is not None:
+        return (shape, dtype)  # as they are: hashable (tuple, torch.Size; dtype objects), and no str()
+    if depth > 1:
+        return None
+    if isinstance(payload, (list, tuple)):
+        parts = [_layout(x, depth + 1) for x in payload]
+        return None if None in parts else (type(payload).__name__, tuple(parts))
+    if isinstance(payload, dict):
+        items = [(k, _layout(v, depth + 1)) for k, v in payload.items()]
+        return None if any(v is None for _, v in items) else ("d", tuple(items))
+    return None
