@@ -141,8 +141,10 @@ $(VLLM_STAMP):
 
 VLLM_MODEL = $$($(BIN)/python -c 'from ctxcache.integrations.model_store import prepare_default_model as p; print(p())')
 
-# End to end with vLLM: three engines, one at a time (~5-10 min on 2 cores). .ci/run runs it
-# after `make test`, outside that target's 15-minute budget.
+# End to end with vLLM: three offline engines, then five starts of vLLM's OpenAI server stopped with
+# SIGTERM and SIGKILL (test_vllm_server.py), one at a time (the server test alone took 36 min at
+# load average 15; not timed on idle cores). .ci/run runs it after `make test`, outside that
+# target's 15-minute budget.
 test-vllm: install $(VLLM_STAMP)
 	CTXCACHE_VLLM_MODEL=$(VLLM_MODEL) $(VLLM_VENV)/bin/pytest -p no:cacheprovider tests/integrations/vllm_connector
 

@@ -258,7 +258,7 @@ _UvicornLogLevelOpt = Annotated[
 ]
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True})
 def serve(
     ctx: typer.Context,
     model: _ModelOpt = None,
@@ -280,14 +280,16 @@ def serve(
     """Serve a model over OpenAI- and Anthropic-compatible HTTP APIs, with the context cache.
 
     Every flag can also be set from the environment (CTXCACHE_<FLAG>, e.g. CTXCACHE_PORT=9000).
-    Precedence: flag > environment > config file > default.
+    Precedence: flag > environment > config file > default. With --engine vllm, everything after
+    `--` goes to vLLM's server (`ctxcache serve --engine vllm -- --max-num-batched-tokens 512`).
     """
     if engine == "vllm":
-        _serve_vllm(model, host, port, cache_config, vllm_python)
+        _serve_vllm(model, host, port, cache_config, vllm_python, list(ctx.args))
         return
     if engine != "transformers":
-        err.print(f"[red]error:[/red] --engine must be transformers or vllm, got {engine!r}")
-        raise typer.Exit(2)
+        _fail(f"--engine must be transformers or vllm, got {engine!r}")
+    if ctx.args:
+        _fail(f"arguments after `--` go to vLLM and need --engine vllm, got {' '.join(ctx.args)!r}")
     from .server.cli import Overrides
     from .server.cli import serve as run_server  # lazy: FastAPI and torch load only for this command
 
@@ -307,13 +309,15 @@ def _source(ctx: typer.Context, name: str) -> str:
 register_observability(app)  # analyze, ab-report
 
 
-def _serve_vllm(model: Path | None, host: str, port: int, cache_config: Path | None, python: str | None) -> None:
-    from .errors import CtxCacheError
+def _serve_vllm(
+    model: Path | None, host: str, port: int, cache_config: Path | None, python: str | None, extra: list[str]
+) -> None:
     from .integrations.model_store import resolve_model
-    from .integrations.vllm.serve import exec_vllm, find_vllm_python, vllm_command
+    from .integrations.vllm.serve import check_passthrough, exec_vllm, find_vllm_python, vllm_command
 
     try:
-        argv = vllm_command(find_vllm_python(python), resolve_model(model), host, port, cache_config)
+        check_passthrough(extra)
+        argv = vllm_command(find_vllm_python(python), resolve_model(model), host, port, cache_config, extra)
     except CtxCacheError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -52,3 +53,44 @@ def test_env_keeps_vllm_from_reserving_a_core_for_the_connector() -> None:
     assert env["PATH"] == "/bin"
     mine = vllm_env({"VLLM_CPU_NUM_OF_RESERVED_CPU": "3"}, VLLM_CPU_KVCACHE_SPACE="1")
     assert mine["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "3" and mine["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+
+def _invoke_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]) -> tuple[Any, list[list[str]]]:
+    import ctxcache.integrations.vllm.serve as serve_mod
+
+    (tmp_path / "config.json").write_text("{}")
+    py = tmp_path / "python"
+    py.write_text("")
+    execs: list[list[str]] = []
+    monkeypatch.setattr(serve_mod, "exec_vllm", execs.append)
+    base = ["serve", "--engine", "vllm", "--model", str(tmp_path), "--vllm-python", str(py), "--port", "8123"]
+    return CliRunner().invoke(app, [*base, *args]), execs
+
+
+def test_arguments_after_double_dash_go_to_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    extra = ["--max-num-batched-tokens", "512", "--enable-prompt-tokens-details", "--dtype", "float32"]
+    result, execs = _invoke_vllm(tmp_path, monkeypatch, ["--", *extra])
+    assert result.exit_code == 0, result.output
+    (argv,) = execs
+    assert argv[-len(extra) :] == extra  # after ctxcache's own, in order
+    assert argv[argv.index("--port") + 1] == "8123" and "--kv-transfer-config" in argv
+
+
+@pytest.mark.parametrize("flag", ["--kv-transfer-config", "--port=9000", "--model", "--kv_transfer_config", "--host"])
+def test_passthrough_refuses_what_ctxcache_sets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: str) -> None:
+    result, execs = _invoke_vllm(tmp_path, monkeypatch, ["--", "--dtype", "float32", flag, "x"])
+    assert result.exit_code == 2 and not execs
+    assert "would override ctxcache's own setting" in result.output and flag.split("=")[0] in result.output
+
+
+def test_passthrough_needs_the_vllm_engine() -> None:
+    result = CliRunner().invoke(app, ["serve", "--", "--max-num-batched-tokens", "512"])
+    assert result.exit_code == 2 and "need --engine vllm" in result.output
+
+
+def test_a_shutdown_timeout_gives_the_worker_time_to_flush(tmp_path: Path) -> None:
+    # vLLM's default 0 kills the worker milliseconds after SIGTERM: the connector's close never runs.
+    argv = vllm_command("/py", tmp_path, "127.0.0.1", 8001)
+    assert argv[argv.index("--shutdown-timeout") + 1] == "8"
+    mine = vllm_command("/py", tmp_path, "127.0.0.1", 8001, extra=["--shutdown_timeout=30"])
+    assert "--shutdown-timeout" not in mine and mine[-1] == "--shutdown_timeout=30"

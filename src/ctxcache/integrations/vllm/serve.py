@@ -64,14 +64,47 @@ def kv_transfer_config(cache_config: str | Path | dict[str, Any] | None = None) 
     }
 
 
+def _flag_names(args: list[str]) -> set[str]:
+    return {a[2:].split("=", 1)[0].replace("_", "-") for a in args if a.startswith("--")}
+
+
+# Set by ``ctxcache serve`` itself: given again after ``--`` they would silently win (argparse keeps
+# the last), e.g. a --kv-transfer-config there would drop the connector.
+_OWN_FLAGS = {"model": "--model", "host": "--host", "port": "--port", "kv-transfer-config": "--cache-config"}
+
+
+def check_passthrough(args: list[str]) -> None:
+    """Refuse vLLM arguments that ``ctxcache serve --engine vllm`` sets from its own options."""
+    for arg in args:
+        name = _flag_names([arg])  # vLLM accepts --max_model_len for --max-model-len too
+        own = name & set(_OWN_FLAGS)
+        if own:
+            raise ConfigError(
+                f"{arg.split('=', 1)[0]} after `--` would override ctxcache's own setting: "
+                f"use `ctxcache serve {_OWN_FLAGS[own.pop()]}` instead"
+            )
+
+
+# With vLLM's default (--shutdown-timeout 0) its server SIGKILLs the engine core and the worker
+# a few milliseconds after it SIGTERMs them, so the connector's close never runs (blocks older than
+# the write-through lag are on disk anyway). With N > 0 the worker gets up to
+# min(N, ~9 s: VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS + 4) to store what is queued; in-flight
+# requests drain for up to N s. 8 s fits Docker's default 10 s between SIGTERM and SIGKILL.
+SHUTDOWN_TIMEOUT_S = 8
+
+
 def vllm_command(
     python: str, model: Path, host: str, port: int, cache_config: Path | None = None, extra: list[str] | None = None
 ) -> list[str]:
-    """argv for vLLM's OpenAI server with the connector (eager mode: compiling takes minutes on CPU)."""
+    """argv for vLLM's OpenAI server with the connector (eager mode: compiling takes minutes on CPU),
+    then ``extra`` (the arguments after ``--``)."""
     ktc = kv_transfer_config(cache_config)
+    extra = list(extra or [])
+    if "shutdown-timeout" not in _flag_names(extra):
+        extra = ["--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S), *extra]
     return [
         python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", host,
-        "--port", str(port), "--enforce-eager", "--kv-transfer-config", json.dumps(ktc), *(extra or []),
+        "--port", str(port), "--enforce-eager", "--kv-transfer-config", json.dumps(ktc), *extra,
     ]  # fmt: skip
 
 

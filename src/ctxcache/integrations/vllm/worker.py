@@ -178,12 +178,21 @@ class WorkerSide:
         if self._closed:
             return
         self._closed = True
+        t0 = time.perf_counter()
         self.server.close()
         self._q.put(None)
         self._saver.join(timeout=60)
         self.stash.close()
+        self.c["close_saver_s"] = time.perf_counter() - t0
+        self._final_stats()
+        t1 = time.perf_counter()
+        self.cache.close()
+        # vLLM gives the worker a few seconds (docs/vllm.md, Restarts): how long each part took.
+        self.c["close_cache_s"] = time.perf_counter() - t1
+        self._final_stats()
+
+    def _final_stats(self) -> None:
         try:
             self._maybe_write_stats(force=True)
         except Exception as exc:  # stats are best effort
             log.warning("ctxcache could not write final stats: %s", exc)
-        self.cache.close()
