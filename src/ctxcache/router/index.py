@@ -256,12 +256,12 @@ class BlockIndex:
         fast, slow = self._t.fast[hit], self._t.slow[hit]
         shared = np.where(self._t.shared[hit] != 0, self._shared_readers, np.uint64(0))
         run = np.bitwise_and.accumulate(fast | slow | shared)  # bit w: blocks 0..i all readable by w
-        counts = _bit_counts(np.concatenate([run, run & fast, run & slow & ~fast]), 3)
-        out = {}
-        for w in self._workers.values():
-            blocks, f, sl = (int(c) for c in counts[:, w.bit])
-            out[w.name] = WorkerPrefix(blocks, f, sl, blocks - f - sl)
-        return PrefixMatch(n, out, fast, slow, {w.name: w.mask for w in self._workers.values()})
+        live = list(self._workers.values())
+        bits = np.array([w.bit for w in live], np.uint64)
+        rows = np.stack([run, run & fast, run & slow & ~fast])  # (3, n): in the prefix / RAM / disk
+        counts = ((rows[:, :, None] >> bits) & np.uint64(1)).sum(1).T.tolist()  # per worker: 3 counts
+        out = {w.name: WorkerPrefix(b, f, sl, b - f - sl) for w, (b, f, sl) in zip(live, counts)}
+        return PrefixMatch(n, out, fast, slow, {w.name: w.mask for w in live})
 
     def lookup_slots(self, keys: Sequence[bytes]) -> np.ndarray:
         """Slots of ``keys`` (-1: not indexed): the raw batch lookup the benchmark times."""
@@ -285,12 +285,6 @@ class BlockIndex:
             "load": self._t.used / self._t.capacity,
             "workers": len(self._workers),
         }
-
-
-def _bit_counts(masks: np.ndarray, groups: int) -> np.ndarray:
-    """(groups, 64): how many masks of each equal part of ``masks`` have each bit set."""
-    bits = np.unpackbits(masks.astype("<u8").view(np.uint8).reshape(groups, -1, 8), axis=2, bitorder="little")
-    return bits.sum(1, dtype=np.int64)
 
 
 def _epoch_order(epoch: str) -> tuple[int, str]:
