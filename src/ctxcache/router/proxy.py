@@ -72,8 +72,10 @@ def _forward_headers(request: Request) -> dict[str, str]:
     return {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
 
 
-def _response_headers(resp: httpx.Response) -> dict[str, str]:
-    return {k: v for k, v in resp.headers.items() if k.lower() not in _HOP | {"content-encoding", "date", "server"}}
+def _response_headers(resp: httpx.Response, w: Upstream) -> dict[str, str]:
+    out = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP | {"content-encoding", "date", "server"}}
+    out["x-ctxcache-worker"] = w.url  # which worker answered: for logs, tests and clients that care
+    return out
 
 
 def _error(path: str, status: int, message: str) -> JSONResponse:
@@ -175,7 +177,7 @@ class Proxy:
                     return None
                 started = True
                 return StreamingResponse(self._relay(w, resp, first, api, d, keyed, pending),
-                                         status_code=200, headers=_response_headers(resp))  # fmt: skip
+                                         status_code=200, headers=_response_headers(resp, w))  # fmt: skip
             try:
                 content = await resp.aread()
             except httpx.HTTPError as exc:
@@ -184,7 +186,7 @@ class Proxy:
             finally:
                 await resp.aclose()
             self._account(w, api, d, keyed, content, resp.status_code)
-            return Response(content, status_code=resp.status_code, headers=_response_headers(resp))
+            return Response(content, status_code=resp.status_code, headers=_response_headers(resp, w))
         finally:
             if not started:
                 w.load.prefill_tokens -= pending
@@ -196,7 +198,7 @@ class Proxy:
         resp = await self.client.request(method, w.url + path, content=raw, headers=headers,
                                          timeout=self.router.upstream_timeout_s)  # fmt: skip
         self._account(w, api, d, keyed, resp.content, resp.status_code)
-        return Response(resp.content, status_code=resp.status_code, headers=_response_headers(resp))
+        return Response(resp.content, status_code=resp.status_code, headers=_response_headers(resp, w))
 
     async def _first(self, resp: httpx.Response) -> tuple[AsyncIterator[bytes], bytes]:
         it = resp.aiter_raw()
