@@ -119,8 +119,9 @@ def test_no_worker_is_an_error_and_one_is_taken():
 
 
 def test_the_last_prompt_token_is_never_predicted_cached():
-    d = Scorer(CFG).choose(64, {"a": pfx(2)}, {})
-    assert d.predicted_cached_tokens == 63
+    # 64 tokens: the worker looks up 63, so only block 0 can be a hit.
+    assert Scorer(CFG).choose(64, {"a": pfx(2)}, {}).predicted_cached_tokens == 32
+    assert Scorer(CFG).choose(65, {"a": pfx(2)}, {}).predicted_cached_tokens == 64
 
 
 @pytest.mark.parametrize("other", [Namespace("tenant-b"), Namespace("tenant-a", salt=b"/salted")])

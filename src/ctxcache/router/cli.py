@@ -5,11 +5,15 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 
 from ..errors import CtxCacheError
+
+if TYPE_CHECKING:
+    from .proxy import Router
 
 err = Console(stderr=True, soft_wrap=True)
 
@@ -23,11 +27,11 @@ def build_router(
     *,
     history_ttl_s: float = 600.0,
     upstream_timeout_s: float = 600.0,
-) -> object:
+) -> Router:
     from ..integrations.model_store import resolve_model
     from ..server.config import load_server_config
     from .index import BlockIndex
-    from .pool import Pool
+    from .pool import Pool, Upstream
     from .proxy import Router
     from .requests import RequestKeys
     from .score import ScoreConfig, Scorer, Speculative
@@ -44,7 +48,12 @@ def build_router(
     router = Router(Pool(workers), keys, Scorer(ScoreConfig(block_size=keys.block_size)), BlockIndex(),
                     history=Speculative(ttl_s=history_ttl_s, capacity=2_000_000),
                     upstream_timeout_s=upstream_timeout_s)  # fmt: skip
-    router.pool._on_eject = lambda w: (router.metrics.ejections.labels(w.url).inc(), router.spec.forget(w.url))
+
+    def ejected(w: Upstream) -> None:
+        router.metrics.ejections.labels(w.url).inc()
+        router.spec.forget(w.url)  # its RAM may be gone: guesses about it must not draw requests back
+
+    router.pool._on_eject = ejected
     return router
 
 
@@ -74,12 +83,12 @@ def route(
     except (CtxCacheError, OSError, ValueError) as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2
-    app = create_router_app(router)  # type: ignore[arg-type]
+    app = create_router_app(router)
     err.print(f"[bold]ctxcache routing at http://{host}:{port}[/bold] to {len(workers)} workers: {', '.join(workers)}",
               highlight=False)  # fmt: skip
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     # SIGTERM: uvicorn stops accepting and lets in-flight requests (streams too) finish for drain_s.
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=drain_s)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=max(1, round(drain_s)))
     return 0
 
 

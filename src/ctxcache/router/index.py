@@ -2,8 +2,8 @@
 
 Fed by KV events (events/model.py) and queried once per request with the request's block keys.
 A fleet holds tens of millions of (block, worker) pairs, so nothing here is a Python object per
-block (a dict of 16-byte ``bytes`` keys costs ~120 B an entry and ~0.5 M lookups/s: docs/routing.md
-has the measurements). Instead, one open-addressing table in numpy arrays (table.py):
+block (a dict of 16-byte ``bytes`` keys costs 86 B an entry, measured, for no faster lookups:
+docs/routing.md has the figures). Instead, one open-addressing table in numpy arrays (table.py):
 
 * a slot is a block: its 16-byte key as two uint64 (``lo`` = 0 marks an empty slot) and worker
   bitmasks, one uint64 per tier rank: ``fast`` (each worker's first tier, its RAM), ``slow``

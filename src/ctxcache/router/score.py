@@ -147,9 +147,11 @@ class Scorer:
         c, bs = self.cfg, self.cfg.block_size
         out = []
         for w, p in prefixes.items():
-            # The last prompt token is always prefilled (its logits start the decode).
-            cached = min(p.blocks * bs, max(0, prompt_tokens - 1))
-            scale = cached / (p.blocks * bs) if p.blocks else 0.0
+            # The worker looks up all but the last prompt token (its logits start the decode):
+            # only the full blocks inside that can be hits.
+            usable = min(p.blocks, max(0, prompt_tokens - 1) // bs)
+            cached = usable * bs
+            scale = usable / p.blocks if p.blocks else 0.0
             saved = scale * bs * (c.w_fast * p.fast + c.w_slow * p.slow + c.w_shared * p.shared)
             load = loads.get(w, Load()).value(c)
             cost = c.new_weight * (prompt_tokens - saved) + c.load_weight * load
