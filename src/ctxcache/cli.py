@@ -309,6 +309,27 @@ def _source(ctx: typer.Context, name: str) -> str:
 register_observability(app)  # analyze, ab-report
 
 
+@app.command()
+def route(
+    worker: Annotated[list[str], typer.Option(help="a worker's base URL (repeat for each worker)")],
+    redis: Annotated[str | None, typer.Option(help="Redis URL of the workers' KV-event streams")] = None,
+    model: _ModelOpt = None,
+    config: _ConfigOpt = None,
+    host: _HostOpt = "127.0.0.1",
+    port: _PortOpt = 8080,
+    block_size: _BlockSizeOpt = None,
+    drain_s: Annotated[float, typer.Option(help="on SIGTERM, seconds in-flight requests get to finish")] = 30.0,
+) -> None:
+    """Route OpenAI and Anthropic requests to the worker that has their prefix cached (docs/routing.md).
+
+    Give it the workers' model and config file: it tokenizes and keys requests exactly as they do.
+    """
+    from .router.cli import route as run_router
+
+    raise typer.Exit(run_router(worker, model, config, host, port, block_size=block_size, redis=redis,
+                                drain_s=drain_s))  # fmt: skip
+
+
 def _serve_vllm(
     model: Path | None, host: str, port: int, cache_config: Path | None, python: str | None, extra: list[str]
 ) -> None:

@@ -27,8 +27,9 @@ from ..cache import ContextCache, Match, Prompt
 from ..keys import Namespace
 from ..usage import Usage
 from . import Detokenizer, Generation, SamplingParams, Timings
+from .chat import FALLBACK_TEMPLATE, chat_template_for, encode_chat, model_type
 from .kv_blocks import block_payload, join_blocks
-from .model_store import GEMMA_CHAT_TEMPLATE, INSTALL_HINT, ModelError, drop_python_vocab
+from .model_store import INSTALL_HINT, ModelError, drop_python_vocab
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local directory only; never reach for a model hub
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -45,13 +46,8 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the mod
 
 __all__ = ["CachedLM", "Generation", "GenerationStream", "Prefill", "SamplingParams", "Timings", "sample_token"]
 
-ROLES = ("system", "user", "assistant")
 # End-of-turn markers of common chat templates: a base model may keep talking past the turn.
 _TURN_ENDS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>")
-_FALLBACK_TEMPLATE = (
-    "{{ bos_token or '' }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n\n{% endfor %}"
-    "{% if add_generation_prompt %}assistant:{% endif %}"
-)
 
 
 @dataclass
@@ -177,7 +173,7 @@ class CachedLM:
             raise TypeError(f"cache must be a ContextCache, not {type(cache).__name__}")
         self.model, self.tokenizer, self.cache = model, tokenizer, cache
         self.block_size = cache.block_size
-        self.chat_template = chat_template or getattr(tokenizer, "chat_template", None) or _FALLBACK_TEMPLATE
+        self.chat_template = chat_template or getattr(tokenizer, "chat_template", None) or FALLBACK_TEMPLATE
         limit = getattr(model.config, "max_position_embeddings", None) or 4096
         self.max_context = min(max_context or limit, limit)
         if prefill_chunk < 1:
@@ -195,12 +191,7 @@ class CachedLM:
         tok = drop_python_vocab(AutoTokenizer.from_pretrained(p))
         model: Any = AutoModelForCausalLM.from_pretrained(p, dtype=kw.pop("dtype", torch.float32))
         model.eval()
-        if (
-            tok.chat_template is None
-            and kw.get("chat_template") is None
-            and model.config.model_type.startswith("gemma")
-        ):
-            kw["chat_template"] = GEMMA_CHAT_TEMPLATE
+        kw["chat_template"] = chat_template_for(tok, model_type(p), kw.get("chat_template"))
         return cls(model, tok, cache, **kw)
 
     def _stop_ids(self) -> frozenset[int]:
@@ -215,17 +206,7 @@ class CachedLM:
     # --- prompts ------------------------------------------------------------------------------------
     def encode(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True) -> list[int]:
         """Token ids of a conversation rendered with the chat template (BOS included once)."""
-        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
-            raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
-        msgs = []
-        for i, m in enumerate(messages):
-            if not isinstance(m, Mapping) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
-                raise ValueError(f"messages[{i}] must be {{'role': one of {ROLES}, 'content': str}}, got {m!r}")
-            msgs.append({"role": m["role"], "content": m["content"]})
-        text = self.tokenizer.apply_chat_template(
-            msgs, chat_template=self.chat_template, tokenize=False, add_generation_prompt=add_generation_prompt
-        )
-        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+        return encode_chat(self.tokenizer, self.chat_template, messages, add_generation_prompt=add_generation_prompt)
 
     def _check_tokens(self, tokens: Sequence[int]) -> list[int]:
         ids = [int(t) for t in tokens]

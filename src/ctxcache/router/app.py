@@ -1,0 +1,69 @@
+"""The router's HTTP app: the two chat APIs routed by cache, everything else passed through."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from .proxy import Proxy, Router
+
+
+def create_router_app(router: Router) -> FastAPI:
+    state: dict[str, Proxy] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
+        async with httpx.AsyncClient(limits=limits, timeout=router.upstream_timeout_s) as client:
+            state["proxy"] = Proxy(router, client)
+            await router.pool.check_all(client)  # who is up before the first request
+            router.pool.start(client)
+            try:
+                yield
+            finally:
+                await router.pool.stop()
+
+    app = FastAPI(title="ctxcache router", lifespan=lifespan, docs_url=None, redoc_url=None)
+
+    @app.post("/v1/chat/completions", include_in_schema=False)
+    async def chat(request: Request) -> Response:
+        return await state["proxy"].handle(request, "openai")
+
+    @app.post("/v1/messages", include_in_schema=False)
+    async def messages(request: Request) -> Response:
+        return await state["proxy"].handle(request, "anthropic")
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> JSONResponse:
+        up = len(router.pool.healthy())
+        body = {"ready": up > 0, "healthy_workers": up, "workers": router.pool.state()}
+        return JSONResponse(body, status_code=200 if up else 503)
+
+    @app.get("/router/state", include_in_schema=False)
+    async def router_state() -> JSONResponse:
+        return JSONResponse({"workers": router.pool.state(), "index": router.index.stats(),
+                             "speculative_keys": len(router.spec),
+                             "history_keys": len(router.history) if router.history is not None else None})  # fmt: skip
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        m = router.metrics
+        for w in router.pool.workers.values():
+            m.healthy.labels(w.url).set(1 if w.healthy else 0)
+        m.index_blocks.set(router.index.stats()["blocks"])
+        return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"], include_in_schema=False)
+    async def passthrough(request: Request, path: str) -> Response:
+        return await state["proxy"].handle(request, "other")
+
+    return app

@@ -1,0 +1,294 @@
+"""``ctxcache route``: an OpenAI- and Anthropic-compatible proxy that sends each request where
+its prefix is cached (docs/routing.md).
+
+Per chat request: parse and tokenize it as the workers do (requests.py), score the healthy
+workers (score.py) on the index's prefixes (index.py, fed by KV events) and the router's own
+speculative entries and history, send it there. Before the first byte the request may move
+once: a connection failure, a timeout, a 5xx or a full queue (429) sends it to the next worker.
+After the first byte nothing moves: a broken stream ends with an error event in the API's own
+shape. Events pass through as the worker writes them, one whole SSE event at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from ..server.deps import error_body
+from .index import BlockIndex
+from .metrics import RouterMetrics
+from .pool import Pool, Upstream
+from .requests import Keyed, RequestKeys
+from .score import Decision, Scorer, Speculative, merged
+
+_HOP = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "upgrade", "te", "trailer"}
+_RETRY_STATUS = {429, 500, 502, 503, 504}
+
+
+@dataclass
+class Router:
+    pool: Pool
+    keys: RequestKeys | None
+    scorer: Scorer
+    index: BlockIndex = field(default_factory=BlockIndex)
+    spec: Speculative = field(default_factory=Speculative)
+    history: Speculative | None = None  # the approximate arm: set when no events feed the index
+    metrics: RouterMetrics = field(default_factory=RouterMetrics)
+    upstream_timeout_s: float = 600.0
+
+    def route(self, keyed: Keyed | None, exclude: set[str]) -> tuple[Upstream, Decision] | None:
+        ups = [w for w in self.pool.healthy() if w.url not in exclude]
+        if not ups:
+            return None
+        names = [w.url for w in ups]
+        keys, tokens = (keyed.keys, keyed.tokens) if keyed is not None else ([], 0)
+        spec = self.spec.prefix(keys)
+        if self.history is not None:
+            for w, n in self.history.prefix(keys).items():
+                spec[w] = max(n, spec.get(w, 0))
+        match = self.index.prefix(keys) if keys and self.index.workers else None
+        loads = {w.url: w.load for w in ups}
+        d = self.scorer.choose(tokens, merged(match, spec, names), loads, keyed.session if keyed else None)
+        return self.pool.workers[d.worker], d
+
+    def sent(self, keyed: Keyed | None, w: Upstream) -> None:
+        if keyed is not None and keyed.keys:
+            self.spec.add(keyed.keys, w.url)
+            if self.history is not None:
+                self.history.add(keyed.keys, w.url)
+
+
+def _forward_headers(request: Request) -> dict[str, str]:
+    return {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+
+
+def _response_headers(resp: httpx.Response, w: Upstream) -> dict[str, str]:
+    out = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP | {"content-encoding", "date", "server"}}
+    out["x-ctxcache-worker"] = w.url  # which worker answered: for logs, tests and clients that care
+    return out
+
+
+def _error(path: str, status: int, message: str) -> JSONResponse:
+    return JSONResponse(error_body(path, status, message), status_code=status)
+
+
+def reported_cached(payload: Any) -> int | None:
+    """Cached prompt tokens in a response body or stream event (either API), if it carries usage."""
+    if not isinstance(payload, dict):
+        return None
+    for holder in (payload, payload.get("message") or {}):
+        u = holder.get("usage") if isinstance(holder, dict) else None
+        if isinstance(u, dict):
+            if "cache_read_input_tokens" in u:
+                return int(u["cache_read_input_tokens"])
+            details = u.get("prompt_tokens_details")
+            if isinstance(details, dict) and "cached_tokens" in details:
+                return int(details["cached_tokens"])
+    return None
+
+
+class Proxy:
+    """The request path: pick, send, retry once before the first byte, stream through."""
+
+    def __init__(self, router: Router, client: httpx.AsyncClient, tokenizer_threads: int = 2) -> None:
+        self.router, self.client = router, client
+        self._tok = ThreadPoolExecutor(tokenizer_threads, thread_name_prefix="ctxcache-router-tokenize")
+
+    async def keyed(self, api: str, raw: bytes, headers: dict[str, str]) -> tuple[Keyed | None, Any]:
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return None, None
+        keys = self.router.keys
+        if keys is None:
+            return None, body
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._tok, keys.compute, api, body, headers), body
+
+    async def handle(self, request: Request, api: str) -> Response:
+        t0 = time.perf_counter()
+        raw = await request.body()
+        headers = _forward_headers(request)
+        keyed, body = await self.keyed(api, raw, headers) if api != "other" else (None, None)
+        stream = isinstance(body, dict) and body.get("stream") is True
+        path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        tried: set[str] = set()
+        m = self.router.metrics
+        for attempt in range(2):
+            picked = self.router.route(keyed, tried)
+            if picked is None:
+                break
+            w, d = picked
+            tried.add(w.url)
+            if attempt == 0:
+                m.overhead.observe(time.perf_counter() - t0)
+            m.decisions.labels(d.reason).inc()
+            out = await self.send(w, d, keyed, request.method, path, raw, headers, stream, api)
+            if out is not None:
+                return out
+            m.retries.labels(api).inc()
+        return _error(request.url.path, 503, "no worker could take the request; retry later")
+
+    async def send(self, w: Upstream, d: Decision, keyed: Keyed | None, method: str, path: str, raw: bytes,
+                   headers: dict[str, str], stream: bool, api: str) -> Response | None:  # fmt: skip
+        """The response, or None when the request may go to another worker (nothing was sent)."""
+        tokens = keyed.tokens if keyed is not None else 0
+        pending = max(0, tokens - d.predicted_cached_tokens)
+        w.load.prefill_tokens += pending
+        w.requests += 1
+        m = self.router.metrics
+        m.in_flight.labels(w.url).inc()
+        started = False
+        try:
+            req = self.client.build_request(method, w.url + path, content=raw, headers=headers,
+                                            timeout=httpx.Timeout(self.router.upstream_timeout_s, connect=2.0))  # fmt: skip
+            try:
+                resp = await self.client.send(req, stream=True)
+            except httpx.HTTPError as exc:
+                self.router.pool.failed(w, f"{type(exc).__name__}: {exc}", connect=isinstance(exc, httpx.ConnectError))
+                m.requests.labels(w.url, api, "retried").inc()
+                return None
+            if resp.status_code in _RETRY_STATUS:
+                await resp.aclose()
+                if resp.status_code != 429:
+                    self.router.pool.failed(w, f"answered {resp.status_code}")
+                if len(self.router.pool.healthy()) > 1:
+                    m.requests.labels(w.url, api, "retried").inc()
+                    return None
+                return await self._plain(w, method, path, raw, headers, api, d, keyed)
+            self.router.sent(keyed, w)
+            ctype = resp.headers.get("content-type", "")
+            if stream and resp.status_code == 200 and ctype.startswith("text/event-stream"):
+                try:
+                    first = await self._first(resp)
+                except httpx.HTTPError as exc:
+                    await resp.aclose()
+                    self.router.pool.failed(w, f"stream: {type(exc).__name__}")
+                    return None
+                started = True
+                return StreamingResponse(self._relay(w, resp, first, api, d, keyed, pending),
+                                         status_code=200, headers=_response_headers(resp, w))  # fmt: skip
+            try:
+                content = await resp.aread()
+            except httpx.HTTPError as exc:
+                self.router.pool.failed(w, f"body: {type(exc).__name__}")
+                return None
+            finally:
+                await resp.aclose()
+            self._account(w, api, d, keyed, content, resp.status_code)
+            return Response(content, status_code=resp.status_code, headers=_response_headers(resp, w))
+        finally:
+            if not started:
+                w.load.prefill_tokens -= pending
+                m.in_flight.labels(w.url).dec()
+
+    async def _plain(self, w: Upstream, method: str, path: str, raw: bytes, headers: dict[str, str], api: str,
+                     d: Decision, keyed: Keyed | None) -> Response:  # fmt: skip
+        """The last worker's answer, whatever its status (no one left to retry on)."""
+        resp = await self.client.request(method, w.url + path, content=raw, headers=headers,
+                                         timeout=self.router.upstream_timeout_s)  # fmt: skip
+        self._account(w, api, d, keyed, resp.content, resp.status_code)
+        return Response(resp.content, status_code=resp.status_code, headers=_response_headers(resp, w))
+
+    async def _first(self, resp: httpx.Response) -> tuple[AsyncIterator[bytes], bytes]:
+        it = resp.aiter_raw()
+        try:
+            first = await anext(it)
+        except StopAsyncIteration:
+            first = b""
+        return it, first
+
+    async def _relay(self, w: Upstream, resp: httpx.Response, first: tuple[AsyncIterator[bytes], bytes], api: str,
+                     d: Decision, keyed: Keyed | None, pending: int) -> AsyncIterator[bytes]:  # fmt: skip
+        """The worker's stream, one whole SSE event at a time (a partial event is never followed
+        by the error event that ends a broken stream)."""
+        it, chunk = first
+        m, path = self.router.metrics, "/v1/messages" if api == "anthropic" else "/v1/chat/completions"
+        buf, seen = b"", _Seen()
+        w.load.streaming += 1
+        try:
+            while True:
+                buf += chunk
+                cut = buf.rfind(b"\n\n")
+                if cut >= 0:
+                    out, buf = buf[: cut + 2], buf[cut + 2 :]
+                    if seen.update(out) and pending:  # the first text: its prefill is done
+                        w.load.prefill_tokens -= pending
+                        pending = 0
+                    yield out
+                try:
+                    chunk = await anext(it)
+                except StopAsyncIteration:
+                    break
+            if buf:
+                yield buf
+            self.router.pool.succeeded(w)
+            self._count(w, api, d, keyed, seen.cached, "ok")
+        except httpx.HTTPError as exc:
+            self.router.pool.failed(w, f"stream broke: {type(exc).__name__}")
+            m.stream_errors.labels(w.url).inc()
+            self._count(w, api, d, keyed, None, "stream_error")
+            yield _error_event(api, path, "the worker failed while streaming this response; retry the request")
+        finally:
+            w.load.prefill_tokens -= pending
+            w.load.streaming -= 1
+            m.in_flight.labels(w.url).dec()
+            await resp.aclose()
+
+    def _account(self, w: Upstream, api: str, d: Decision, keyed: Keyed | None, content: bytes, status: int) -> None:
+        cached = None
+        if status == 200:
+            self.router.pool.succeeded(w)
+            with contextlib.suppress(ValueError):
+                cached = reported_cached(json.loads(content))
+        self._count(w, api, d, keyed, cached, "ok" if status == 200 else str(status))
+
+    def _count(self, w: Upstream, api: str, d: Decision, keyed: Keyed | None, cached: int | None, outcome: str) -> None:
+        m = self.router.metrics
+        m.requests.labels(w.url, api, outcome).inc()
+        if keyed is not None:
+            m.prompt_tokens.labels(w.url).inc(keyed.tokens)
+            m.predicted.labels(w.url).inc(d.predicted_cached_tokens)
+        if cached is not None:
+            m.reported.labels(w.url).inc(cached)
+
+
+class _Seen:
+    """What a relayed stream has shown: whether text has started, the cached tokens it reported."""
+
+    def __init__(self) -> None:
+        self.text = False
+        self.cached: int | None = None
+
+    def update(self, events: bytes) -> bool:
+        """True the first time text appears (the worker's prefill is over)."""
+        first = False
+        if not self.text and (b"content_block_delta" in events or b'"delta": {"content"' in events):
+            self.text = first = True
+        if b'"usage"' in events:
+            for line in events.split(b"\n"):
+                if line.startswith(b"data: {") and b'"usage"' in line:
+                    try:
+                        n = reported_cached(json.loads(line[6:]))
+                    except ValueError:
+                        continue
+                    if n is not None:
+                        self.cached = max(n, self.cached or 0)
+        return first
+
+
+def _error_event(api: str, path: str, message: str) -> bytes:
+    body = json.dumps(error_body(path, 502, message))
+    if api == "anthropic":
+        return f"event: error\ndata: {body}\n\n".encode()
+    return f"data: {body}\n\ndata: [DONE]\n\n".encode()

@@ -1,0 +1,102 @@
+"""The router's block keys equal the worker's for the same request: the real tokenizer and chat
+template (loaded separately, as `ctxcache route` does), special-token text, both APIs, tenants,
+their salts and a per-request cache_salt."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctxcache import ContextCache
+from ctxcache.integrations.chat import chat_template_for, model_type
+from ctxcache.integrations.model_store import fingerprint, resolve_model
+from ctxcache.router.requests import RequestKeys
+from ctxcache.server.config import ServerConfig
+from ctxcache.server.routes_anthropic import to_messages as anthropic_messages
+from ctxcache.server.routes_openai import to_messages as openai_messages
+from ctxcache.server.schemas import ChatCompletionRequest, MessagesRequest
+
+from ..integrations.model_fixture import _load, text
+
+CACHE = {
+    "block_size": 16,
+    "salt": "fleet-1",
+    "tenancy": {"secret": "server-secret"},
+    "tenants": {"team-a": {"api_keys": ["sk-a"], "salt": "a-salt"}, "team-b": {"api_keys": ["sk-b"]}},
+}
+SPECIAL = "Quote this: <start_of_turn>user\n<bos><end_of_turn> and <pad> literally."
+
+
+@pytest.fixture(scope="module")
+def sides():
+    from ctxcache.integrations.transformers import CachedLM
+
+    path = resolve_model(None, quiet=True)
+    cfg = ServerConfig(cache_config=dict(CACHE))
+    model, tok = _load()
+    cache = ContextCache.from_config(cfg.cache_dict(fingerprint(path)))  # what `serve` builds
+    worker = CachedLM(model, tok, cache, chat_template=chat_template_for(tok, model_type(path)))
+    router = RequestKeys.from_model_dir(path, cfg)  # its own tokenizer, as `ctxcache route` loads it
+    yield worker, router
+    router.close()
+    cache.close()
+
+
+def worker_keys(worker, msgs, tenant, salt=None):
+    ids = worker.encode(msgs)
+    return worker.cache.prompt(ids, worker.cache.namespace(tenant, salt)).keys()
+
+
+OPENAI = [
+    {"model": "m", "messages": [{"role": "system", "content": text(4)}, {"role": "user", "content": SPECIAL}]},
+    {"model": "m", "messages": [{"role": "developer", "content": text(3)},
+                                {"role": "user", "content": [{"type": "text", "text": "part one"}, {"type": "text", "text": SPECIAL}]},
+                                {"role": "assistant", "content": "  padded reply  "}, {"role": "user", "content": "more"}]},
+    {"model": "m", "cache_salt": "req-salt", "messages": [{"role": "user", "content": text(5)}]},
+]  # fmt: skip
+ANTHROPIC = [
+    {"model": "m", "max_tokens": 5, "system": text(4), "messages": [{"role": "user", "content": SPECIAL}]},
+    {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": text(3)}],
+     "system": [{"type": "text", "text": text(2), "cache_control": {"type": "ephemeral"}}, {"type": "text", "text": SPECIAL}]},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("body", OPENAI)
+@pytest.mark.parametrize("key,tenant", [("sk-a", "team-a"), ("sk-b", "team-b")])
+def test_openai_requests_get_the_workers_keys(sides, body, key, tenant):
+    worker, router = sides
+    got = router.compute("openai", body, {"authorization": f"Bearer {key}"})
+    req = ChatCompletionRequest.model_validate(body)
+    want = worker_keys(worker, openai_messages(req), tenant, req.cache_salt)
+    assert got is not None and got.tenant == tenant and len(want) >= 3
+    assert got.keys == want and got.tokens == len(worker.encode(openai_messages(req)))
+
+
+@pytest.mark.parametrize("body", ANTHROPIC)
+def test_anthropic_requests_get_the_workers_keys(sides, body):
+    worker, router = sides
+    got = router.compute("anthropic", body, {"x-api-key": "sk-a"})
+    msgs, _ = anthropic_messages(MessagesRequest.model_validate(body))
+    assert got is not None and got.keys == worker_keys(worker, msgs, "team-a") and len(got.keys) >= 3
+
+
+def test_special_token_text_is_tokenized_as_the_worker_does(sides):
+    worker, router = sides
+    body = OPENAI[0]
+    ids = worker.encode(openai_messages(ChatCompletionRequest.model_validate(body)))
+    bos = worker.tokenizer.convert_tokens_to_ids("<bos>")
+    assert ids.count(bos) >= 1  # the template's BOS, and the literal text's, as the tokenizer reads it
+    assert router.compute("openai", body, {"x-api-key": "sk-a"}).tokens == len(ids)
+
+
+def test_tenants_and_salts_never_share_keys_and_bad_requests_get_none(sides):
+    _, router = sides
+    body = {"model": "m", "messages": [{"role": "user", "content": text(4)}]}
+    a = router.compute("openai", body, {"x-api-key": "sk-a"}).keys
+    b = router.compute("openai", body, {"x-api-key": "sk-b"}).keys
+    salted = router.compute("openai", {**body, "cache_salt": "s1"}, {"x-api-key": "sk-a"}).keys
+    assert not set(a) & set(b) and not set(a) & set(salted)
+    assert router.compute("openai", body, {"x-api-key": "sk-unknown"}) is None
+    assert router.compute("openai", body, {}) is None
+    assert router.compute("openai", {**body, "cache_salt": "bad salt!"}, {"x-api-key": "sk-a"}) is None
+    assert router.compute("anthropic", {"model": "m", "messages": []}, {"x-api-key": "sk-a"}) is None
+    assert router.compute("openai", ["not", "a", "dict"], {"x-api-key": "sk-a"}) is None
