@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Protocol
 
 from ..codec import Codec
 from ..policies import Policy
@@ -33,6 +33,17 @@ FIRST_BACKOFF = 0.5  # seconds from the breaker opening to its first probe; doub
 MAX_BACKOFF = 30.0  # seconds at most between two probes
 
 log = logging.getLogger("ctxcache.engine")
+
+
+class Watcher(Protocol):
+    """Told, under the engine's lock, when a key starts or stops being charged to a tier: where
+    placement changes (events/emitter.py turns these into KV events). Must not block."""
+
+    def admitted(self, pos: int, key: Hashable) -> None: ...
+
+    def left(self, pos: int, key: Hashable) -> None: ...
+
+    def landed(self, pos: int, key: Hashable) -> None: ...
 
 
 @dataclass(slots=True)
@@ -76,7 +87,7 @@ class Slot:
     __slots__ = (
         "pos", "tier", "policy", "name", "capacity", "high", "low", "slow", "persistent", "kind",
         "hits", "evictions", "inflow", "outflow", "owners", "by_tenant", "quotas", "owner_of", "_pairs",
-        "retry", "retrying", "refusals", "backoff", "probe_at", "clock",
+        "retry", "retrying", "refusals", "backoff", "probe_at", "clock", "watch",
     )  # fmt: skip
 
     def __init__(self, pos: int, tier: Tier, policy: Policy, clock: Callable[[], float] = time.monotonic) -> None:
@@ -106,6 +117,7 @@ class Slot:
         self.refusals = 0
         self.backoff = 0.0  # seconds from the next probe to the one after
         self.probe_at = 0.0  # the next probe's time, while the breaker is open
+        self.watch: Watcher | None = None  # told of every key that becomes resident or leaves (KV events)
 
     @property
     def codec(self) -> Codec | None:
@@ -140,6 +152,8 @@ class Slot:
             self.retry.pop(key, None)
         if key not in self.owners.shards[hash(key) % 239]:
             self.charge(key, self.owner_of(key) if tenant is None else tenant, size)
+            if self.watch is not None:
+                self.watch.admitted(self.pos, key)
 
     def admit_chain(
         self, keys: Iterable[Hashable], sizes: Iterable[int] | None = None, tenant: str | None = None
@@ -170,6 +184,8 @@ class Slot:
     def _uncharge(self, key: Hashable) -> None:
         got = self.owners.pop(key, None)
         if got is not None:
+            if self.watch is not None:
+                self.watch.left(self.pos, key)
             left = self.by_tenant.get(got[0], 0) - got[1]
             if left > 0:
                 self.by_tenant[got[0]] = left
