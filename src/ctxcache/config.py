@@ -11,6 +11,8 @@ capacity = "1GiB"
 policy = "lru"         # or { name = "lfu-decay", decay = 0.001 }
 high = 0.85
 low = 0.70
+# write = "through"    # disk/redis tiers: queue every store here at once (default: shared
+#                      # tiers and a disk right under RAM), or "demote" (only what RAM demotes)
 ```
 """
 
@@ -37,6 +39,7 @@ class TierConfig:
     policy: str | dict[str, Any] = "lru"
     high: float = 0.85
     low: float = 0.70
+    write: str | None = None  # "through" | "demote"; None: the engine's default for the tier's place
     options: dict[str, Any] = field(default_factory=dict)  # backend-specific keys
 
 
@@ -54,7 +57,8 @@ class CacheConfig:
 
 
 _TOP = {"block_size", "hash", "model", "salt", "tiers", "promote", "write_buffer", "tenants", "tenancy"}
-_TIER = {"kind", "capacity", "policy", "high", "low", "name"}
+_TIER = {"kind", "capacity", "policy", "high", "low", "name", "write"}
+_WRITES = ("through", "demote")
 
 
 def load_config(source: Mapping[str, Any] | str | os.PathLike[str]) -> CacheConfig:
@@ -88,12 +92,16 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str]) -> CacheConf
         if not isinstance(t, Mapping) or "kind" not in t or "capacity" not in t:
             raise ConfigError(f"tiers[{i}] needs at least 'kind' and 'capacity', got {t!r}")
         opts = {k: v for k, v in t.items() if k not in _TIER}
+        write = t.get("write")
+        if write is not None and write not in _WRITES:
+            raise ConfigError(f'tiers[{i}] ({t["kind"]}): write must be "through" or "demote", got {write!r}')
         tc = TierConfig(
             kind=str(t["kind"]),
             capacity=parse_size(t["capacity"]),
             policy=t.get("policy", "lru"),
             high=float(t.get("high", 0.85)),
             low=float(t.get("low", 0.70)),
+            write=write,
             options=opts,
         )
         if "name" in t:

@@ -32,6 +32,7 @@ from .placement import LOST, Placement
 from .sealing import TenantSealer
 from .slot import ORPHAN, Counters, Slot
 from .tenancy import Tenancy
+from .through import tiers_of
 
 SWEEP_EVERY_S = 1.0
 
@@ -67,6 +68,7 @@ class Engine:
             promote=options.get("promote", True),
             write_buffer=options.get("write_buffer", 256 << 20),
         )
+        self.through = tiers_of(self.placement)  # slow tiers every store also queues to
         # One RAM tier of live objects: lookups need no verification beyond the index's.
         self.simple = len(self.slots) == 1 and self.placement.all_memory and self.tiers[0].codec is None
         self.leaving: str | None = None  # why blocks leave tiers now, when not placement's own doing (events)

@@ -55,10 +55,10 @@ def make_tier(i: int, tc: TierConfig, block_size: int, clock: Clock) -> Tier:
     if unknown:
         raise ConfigError(
             f"tiers[{i}] ({tc.kind}): unknown keys {sorted(unknown)}; "
-            f"known: {sorted(known - {'capacity', 'policy', 'kw', 'high', 'low'})}"
+            f"known: {sorted(known - {'capacity', 'policy', 'kw', 'high', 'low', 'write'})}"
         )
     try:
-        return tier_cls(tc.capacity, policy, high=tc.high, low=tc.low, **tc.options)
+        return tier_cls(tc.capacity, policy, high=tc.high, low=tc.low, write=tc.write, **tc.options)
     except TypeError as exc:
         raise ConfigError(f"tiers[{i}] ({tc.kind}): {exc}") from None
 
@@ -87,5 +87,23 @@ def make_slots(tiers: Sequence[Tier], clock: Clock, block_size: int) -> list[Slo
     slots = []
     for i, tier in enumerate(tiers):
         tier.token_bytes = 4 * block_size
-        slots.append(Slot(i, tier, make_policy_for(i, tier.policy_spec, clock), clock))
+        slot = Slot(i, tier, make_policy_for(i, tier.policy_spec, clock), clock)
+        slot.write = write_mode(tiers, i)
+        slots.append(slot)
     return slots
+
+
+def write_mode(tiers: Sequence[Tier], i: int) -> str:
+    """Tier ``i``'s write policy: the one it was given, else "through" for a tier other processes
+    share (Redis: a block only RAM holds is invisible to them) and for a disk tier with only RAM
+    above it (a SIGKILL then loses the last second of stores, not all of RAM); "demote" otherwise
+    (a deeper disk or one under Redis: a persistent tier above already holds every block). The top
+    tier takes every store anyway: "through" changes nothing there."""
+    tier = tiers[i]
+    if tier.write is not None:
+        return tier.write
+    if i == 0 or not tier.slow:
+        return "demote"
+    if tier.shared or (tier.kind == "disk" and not any(t.slow for t in tiers[:i])):
+        return "through"
+    return "demote"

@@ -68,6 +68,7 @@ class Move:
     queued_at: float = 0.0  # monotonic seconds, for the mover's lag
     replaces: int = 0  # bytes dst charged for the key when queued (a rewrite): its outflow until it lands
     behind: Move | None = None  # a delete's: the unlanded write of the key into src its ``release`` counts
+    through: bool = False  # a write-through copy of a block a faster tier keeps (engine/through.py)
 
 
 class Mover:
@@ -139,6 +140,12 @@ class Mover:
         """Whether a delete of ``key`` from tier ``pos`` is queued, not sent yet (on failures only:
         a scan of the queue)."""
         return key in self.pending and any(m.key == key and m.src == pos and m.dst is None for m in self.queue)
+
+    def queued(self, key: Hashable, pos: int) -> bool:
+        """Whether a move of ``key`` into or out of tier ``pos`` is queued, not sent yet (on failures
+        only: a scan of the queue). A key may have write-through copies queued for several tiers, so
+        ``pending`` (its latest move) does not tell whether one concerns this tier."""
+        return key in self.pending and any(m.key == key and pos in (m.src, m.dst) for m in self.queue)
 
     def leaving(self, key: Hashable, pos: int) -> bool:
         """Whether a move of ``key`` out of tier ``pos`` (a demotion, a delete) has not reported yet."""

@@ -64,10 +64,14 @@ class Placement:
         if self.all_memory:  # no copies, orphans or moves in flight: the index decides alone
             return self.index.is_evictable if t == self.last else self.index.is_unpinned
         pending, get, idx, last = self.mover.pending, self.index.get, self.index, t == self.last
+        ram = not self.tiers[t].slow
 
         def can(key: Any) -> bool:
-            if key in pending:
-                return False  # in flight: it leaves once it has landed
+            m = pending.get(key)
+            # In flight: it leaves once it has landed; but RAM keeps no block for a write-through
+            # copy queued below it (demoted, it is served from that queue until the copy lands).
+            if m is not None and not (ram and m.through):
+                return False
             node = get(key)
             if node is None or node.tier != t:
                 return True  # an orphan, or a copy of a block held by a faster tier
@@ -324,8 +328,9 @@ class Placement:
             return
         self.c.write_errors += 1
         dst, node = self.slots[m.dst], self.index.get(m.key)
-        # A move of the key queued behind (an erasure's delete, a store after it) settles it there.
-        stays = m.key in self.mover.pending
+        # A move of the key queued behind (an erasure's delete, a store after it) settles it there
+        # (for a write-through copy, one into or out of this tier: its copies to others do not).
+        stays = self.mover.queued(m.key, m.dst) if m.through else m.key in self.mover.pending
         if not stays:
             owner = dst.owner(m.key)
             dst.drop(m.key)

@@ -76,6 +76,8 @@ class Counters:
     throttled_recomputes: int = 0  # loads given up for recompute when the bucket was empty (lookup)
     expired: int = 0  # blocks reclaimed by the TTL sweeper (erasure)
     erased: int = 0  # blocks removed by tenant erasure or flush (erasure)
+    through_writes: int = 0  # write-through copies queued for slow tiers (through)
+    through_dropped: int = 0  # write-through copies refused: tier full/over quota/down, write buffer full (through)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -87,7 +89,7 @@ class Slot:
     __slots__ = (
         "pos", "tier", "policy", "name", "capacity", "high", "low", "slow", "persistent", "kind",
         "hits", "evictions", "inflow", "outflow", "owners", "by_tenant", "quotas", "owner_of", "_pairs",
-        "retry", "retrying", "refusals", "backoff", "probe_at", "clock", "watch",
+        "retry", "retrying", "refusals", "backoff", "probe_at", "clock", "write", "watch",
     )  # fmt: skip
 
     def __init__(self, pos: int, tier: Tier, policy: Policy, clock: Callable[[], float] = time.monotonic) -> None:
@@ -118,6 +120,9 @@ class Slot:
         self.backoff = 0.0  # seconds from the next probe to the one after
         self.probe_at = 0.0  # the next probe's time, while the breaker is open
         self.watch: Watcher | None = None  # told of every key that becomes resident or leaves (KV events)
+        # "through": every store queues a copy here (engine/through.py); "demote": only demotions
+        # reach it. Resolved from the tier's setting and its place by the factory (``write_mode``).
+        self.write = "demote"
 
     @property
     def codec(self) -> Codec | None:
@@ -306,6 +311,7 @@ class Slot:
     def stats(self) -> dict[str, Any]:
         out = self.tier.stats()
         out.update(policy=self.policy.name, capacity=self.capacity, hits=self.hits, evictions=self.evictions)
+        out["write"] = self.write
         out["tenants"] = dict(self.by_tenant)
         out.update(self.breaker())
         return out

@@ -20,6 +20,7 @@ from ..keys import Prompt
 from ..usage import Usage
 from .placement import LOST
 from .tenancy import PinnedQuotaError
+from .through import copy_down
 
 if TYPE_CHECKING:
     from .core import Engine
@@ -40,6 +41,8 @@ def store(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int =
         size_of: dict[Hashable, int] = dict(zip(keys[first_block:], sizes))
         top.admit_chain([n.key for n in reversed(placed)], [size_of[n.key] for n in reversed(placed)], tenant)
         _refresh(e, keys[:walked], tenant)
+        if e.through and placed:  # before drain: a block it demotes finds its copy queued
+            copy_down(pl, e.through, placed, payloads, blobs, first_block, tenant)
         e.counters.stores += 1
         e.counters.stored_blocks += len(placed)
         pl.drain()

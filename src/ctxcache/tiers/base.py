@@ -6,8 +6,10 @@ counters: the engine (``engine/``) wraps each tier in a ``Slot`` that owns its p
 limits and its event counters, and decides what to evict and where victims go.
 
 A tier is built with the limits the engine will enforce for it (``capacity``, ``high``/``low``
-watermarks, ``policy``: a name, a mapping or a Policy object). It keeps them as plain data and
-never reads them itself; they stay on the constructor so ``ContextCache([MemoryTier(1 << 30), ...])``
+watermarks, ``policy``: a name, a mapping or a Policy object) and its write policy (``write``:
+"through", every store is queued to it at once as well as kept in the faster tiers; "demote",
+it receives blocks only as faster tiers demote them; None, the engine's default for its place).
+It keeps them as plain data and never reads them itself; they stay on the constructor so ``ContextCache([MemoryTier(1 << 30), ...])``
 reads as it always did.
 
 Capabilities are declared by class flags, never discovered by trying a call:
@@ -35,6 +37,7 @@ from ..errors import ConfigError, PayloadError, TierUnavailableError
 
 # (key bytes, the tier's charge for the write): runs the charge; see ``Tier.landing``
 Landing = Callable[[bytes, Callable[[], object]], None]
+WRITE_MODES = (None, "through", "demote")  # None: the engine picks by the tier's place (see Slot.write)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,7 @@ class Tier(ABC):
     slow: ClassVar[bool] = False
     persistent: ClassVar[bool] = False
     ordered_keys: ClassVar[bool] = True  # ``keys()`` lists oldest first (see ``keys``)
+    shared: ClassVar[bool] = False  # other processes read what it holds (Redis): write-through by default
 
     def __init__(
         self,
@@ -74,16 +78,25 @@ class Tier(ABC):
         name: str | None = None,
         high: float = 0.85,
         low: float = 0.70,
+        write: str | None = None,
     ) -> None:
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity <= 0:
             raise ConfigError(f"tier capacity must be a positive number of bytes, got {capacity!r}")
         if not 0.0 < low <= high <= 1.0:
             raise ConfigError(f"watermarks need 0 < low <= high <= 1, got low={low}, high={high}")
+        if write not in WRITE_MODES:
+            raise ConfigError(f'tier {name or self.kind!r}: write must be "through" or "demote", got {write!r}')
+        if write == "through" and not self.slow:
+            raise ConfigError(
+                f'tier {name or self.kind!r}: write = "through" applies to disk and redis tiers; a RAM tier '
+                "takes blocks inline from the one above it when that one needs room"
+            )
         # Limits the engine's Slot enforces; the tier only carries them.
         self.capacity = capacity
         self.high = high
         self.low = low
         self.policy_spec = policy
+        self.write = write
         self.name = name or self.kind
         self.used_bytes = 0  # changed only by the tier, as it stores and drops blocks
         self.corrupt = 0  # blocks that failed verification, were dropped and counted as misses

@@ -42,6 +42,7 @@ HEAD_GUESS = 4096  # bytes read first from each blob: the whole header of typica
 
 class RedisTier(RedisHealth, BlobTier):
     kind = "redis"
+    shared = True
 
     def __init__(
         self,

@@ -1,0 +1,78 @@
+"""Write-through: a store also queues each new block to every slow tier whose write policy is
+"through" (``Slot.write``), next to the top tier that keeps it.
+
+Why: a block that only RAM holds is invisible to the other processes sharing a Redis tier, and a
+SIGKILL (or vLLM's kill a few seconds after SIGTERM) loses it; demotion writes a block down only
+when RAM needs its room, and ``close`` spills only on a clean exit. A write-through copy is queued
+at once, off the request path (the mover writes it; the store never waits for it), and is a clean
+copy like a promoted block's: the tier's policy holds it and its owner is charged there, so when
+RAM later evicts the block, ``Placement._demote`` finds the copy and writes nothing again. Until
+it lands, the block may still leave RAM: lookups then serve it from the mover's queue, which
+carries its payload (``Placement._can_evict``).
+
+A copy is bounded like any write into the tier: room is made for it within the tier's capacity
+and the tenant's quota there (``Placement.room``: queued copies count as used at once), and its
+payload counts in the write buffer. Where none can be made (everything there pinned or in
+flight, the delete breaker open, the tier down, the buffer full) the copy is dropped and counted
+in ``through_dropped``: the store succeeds and the block serves from RAM as before, reaching the
+tier by demotion. A copy the tier refuses when it is written counts in ``write_errors``
+(``Placement._moved`` drops it from the tier). Erasure and TTLs drop it as any copy: a delete
+queued behind the unlanded write (mover.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import PayloadError
+from ..index import Node
+from .mover import Move
+from .placement import Placement, meta_of
+
+
+def tiers_of(pl: Placement) -> list[int]:
+    """The slow tiers below the top one that take write-through copies, nearest first."""
+    return [d for d in range(1, len(pl.slots)) if pl.slots[d].write == "through" and pl.tiers[d].slow]
+
+
+def copy_down(
+    pl: Placement, through: list[int], nodes: Sequence[Node], payloads: Sequence[Any],
+    blobs: Sequence[bytes | None], first_block: int, tenant: str,
+) -> None:  # fmt: skip
+    """Under the lock, after a store placed ``nodes`` (payload ``payloads[n.depth - first_block]``,
+    the top tier's blob where it encodes): queue a copy of each to every tier of ``through``.
+
+    Deepest tier first: a key's latest queued move (``Mover.pending``, which lookups serve from and
+    which a demotion out of RAM looks at) is then the copy into the nearest tier, the one RAM demotes
+    onto; the queue runs in order, so the latest lands last. One tier's copies are queued together
+    (parents first), so the mover writes them in one batch."""
+    top = pl.slots[0].codec
+    for d in reversed(through):
+        slot, tier = pl.slots[d], pl.tiers[d]
+        same = top is not None and tier.codec is not None and top.same_format(tier.codec)
+        for node in nodes:
+            if slot.holds(node.key):
+                continue  # a copy is there already (a repaired block's, found in storage)
+            j = node.depth - first_block
+            blob = blobs[j] if same else None
+            payload = None if blob is not None else payloads[j]
+            size = _room(pl, d, payload, blob, tenant) if tier.healthy else None
+            if size is None:
+                pl.c.through_dropped += 1
+                continue
+            pl.mover.submit(Move(node.key, None, d, meta_of(node), payload, blob, size, 0, size, through=True))
+            slot.admit(node.key, size, tenant)
+            pl.c.through_writes += 1
+
+
+def _room(pl: Placement, d: int, payload: Any, blob: bytes | None, tenant: str) -> int | None:
+    """The copy's bytes, if the write buffer and tier ``d`` (its capacity, the tenant's quota there)
+    take it, room made as a demotion into it would make it; else None. Never waits."""
+    try:
+        size = len(blob) if blob is not None else pl.tiers[d].size_of(payload)
+    except PayloadError:
+        return None  # a payload the tier's codec cannot encode
+    if pl.mover.buffered + size > pl.write_buffer or not pl.room(d, size, tenant):
+        return None
+    return size
