@@ -100,7 +100,10 @@ class Consumer:
             f = self.followed.get(worker)
             if f is not None:
                 for eid, fields in entries:
-                    n += self._entry(f, eid.decode() if isinstance(eid, bytes) else eid, fields)
+                    got = self._entry(f, eid.decode() if isinstance(eid, bytes) else eid, fields)
+                    if got < 0:
+                        break  # rebuilt from a snapshot: the next read starts at its stream id
+                    n += got
         self._read_ok_at = now = self.clock()
         for worker, f in list(self.followed.items()):
             if f.resync_at and now >= f.resync_at:
@@ -142,6 +145,7 @@ class Consumer:
         return out
 
     def _entry(self, f: _Followed, eid: str, fields: dict[bytes, bytes]) -> int:
+        """Events applied; -1 when the view was rebuilt from a snapshot (its position moved)."""
         f.last_id = eid
         f.seen = self.clock()
         view = f.view
@@ -154,22 +158,19 @@ class Consumer:
         except (KeyError, ValueError, EventDecodeError) as exc:
             self.bad_entries += 1
             log.warning("events: unreadable entry %s of %s (%s): resync from its snapshot", eid, view.worker, exc)
-            self._resync(f, (view.epoch, view.seq + 1))
-            return 0
+            return -1 if self._resync(f, (view.epoch, view.seq + 1)) else 0
         if f.resync_at:
             return 0  # waiting for a snapshot that covers the gap
         if epoch != view.epoch:
-            if seq != 1:
-                self._resync(f, (epoch, seq - 1))  # joined (or came back) mid-epoch
-                return 0
+            if seq != 1:  # joined (or came back) mid-epoch
+                return -1 if self._resync(f, (epoch, seq - 1)) else 0
             if view.epoch:
                 self.epochs += 1
             self._forget(f)
             f.view = view = WorkerView(view.worker, epoch)
         elif seq != view.seq + 1:
             self.gaps += 1
-            self._resync(f, (epoch, seq - 1))
-            return 0
+            return -1 if self._resync(f, (epoch, seq - 1)) else 0
         self._apply(f, events)
         view.seq = seq
         f.lag = max(0.0, time.time() - ts)
@@ -193,7 +194,7 @@ class Consumer:
         for li in self.listeners:
             li.forget(f.view)
 
-    def _resync(self, f: _Followed, need: tuple[str, int] | None = None) -> None:
+    def _resync(self, f: _Followed, need: tuple[str, int] | None = None) -> bool:
         """Rebuild ``f`` from its worker's snapshot, once the snapshot covers ``need`` (epoch, seq);
         until then entries are skipped and the snapshot asked again every RESYNC_S. A newcomer
         (``need`` None) without a snapshot reads the stream from its start."""
@@ -213,7 +214,7 @@ class Consumer:
                 f.resync_at, f.last_id = 0.0, "0-0"
             else:
                 f.resync_at = self.clock() + RESYNC_S  # the publisher writes a newer one after a drop
-            return
+            return False
         self.snapshots += 1
         self._forget(f)
         f.view, f.last_id, f.resync_at, f.need = view, stream_id, 0.0, None
@@ -221,6 +222,7 @@ class Consumer:
             if keys:
                 for li in self.listeners:
                     li.stored(view, tier, tuple(keys))
+        return True
 
     # --- the thread ----------------------------------------------------------------------------------
     def start(self) -> None:
