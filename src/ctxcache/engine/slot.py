@@ -157,8 +157,6 @@ class Slot:
             self.retry.pop(key, None)
         if key not in self.owners.shards[hash(key) % 239]:
             self.charge(key, self.owner_of(key) if tenant is None else tenant, size)
-            if self.watch is not None:
-                self.watch.admitted(self.pos, key)
 
     def admit_chain(
         self, keys: Iterable[Hashable], sizes: Iterable[int] | None = None, tenant: str | None = None
@@ -185,6 +183,8 @@ class Slot:
         untrack(pair)
         owners[key] = pair
         self.by_tenant[tenant] = self.by_tenant.get(tenant, 0) + n
+        if self.watch is not None:  # charged: resident from now on (a store charges before it admits)
+            self.watch.admitted(self.pos, key)
 
     def _uncharge(self, key: Hashable) -> None:
         got = self.owners.pop(key, None)
