@@ -26,13 +26,13 @@ def put(cache, toks, ns="default"):
         return m.hit_tokens, m.usage
 
 
-def mem_disk(path, mem=300, **top):
+def mem_disk(path, mem=300, write="through", **top):
     return {
         "block_size": BS,
         **top,
         "tiers": [
             {"kind": "memory", "capacity": mem, "high": 1.0, "low": 1.0},
-            {"kind": "disk", "path": str(path), "capacity": "1MiB", "fsync": False},
+            {"kind": "disk", "path": str(path), "capacity": "1MiB", "fsync": False, "write": write},
         ],
     }
 
@@ -49,7 +49,7 @@ class GatedDisk(DiskTier):
 
 def test_queued_demotions_are_served_from_the_queue(tmp_path):
     GatedDisk.gate.clear()
-    tiers = [MemoryTier(100, high=1.0, low=1.0), GatedDisk(1 << 20, path=tmp_path, fsync=False)]
+    tiers = [MemoryTier(100, high=1.0, low=1.0), GatedDisk(1 << 20, path=tmp_path, fsync=False, write="demote")]
     cache = ContextCache(tiers, block_size=BS)
     for p in range(6):  # 32-byte payloads: three fit in RAM, the rest is demoted (queued)
         put(cache, [p] * BS)
@@ -81,7 +81,7 @@ def test_restart_discovers_blocks_on_disk_and_verifies_them(tmp_path):
 
 
 def test_hits_in_a_slow_tier_are_promoted_and_the_copy_stays(tmp_path):
-    cache = ContextCache.from_config(mem_disk(tmp_path, mem=64))  # two 32-byte blocks fit
+    cache = ContextCache.from_config(mem_disk(tmp_path, mem=64, write="demote"))  # two 32-byte blocks fit
     for p in range(4):
         put(cache, [p] * BS)
     cache.flush()

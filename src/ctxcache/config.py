@@ -87,26 +87,7 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str]) -> CacheConf
     tiers_raw = data.get("tiers", [{"kind": "memory", "capacity": "1GiB"}])
     if not isinstance(tiers_raw, list) or not tiers_raw:
         raise ConfigError("tiers must be a non-empty list of tables")
-    tiers = []
-    for i, t in enumerate(tiers_raw):
-        if not isinstance(t, Mapping) or "kind" not in t or "capacity" not in t:
-            raise ConfigError(f"tiers[{i}] needs at least 'kind' and 'capacity', got {t!r}")
-        opts = {k: v for k, v in t.items() if k not in _TIER}
-        write = t.get("write")
-        if write is not None and write not in _WRITES:
-            raise ConfigError(f'tiers[{i}] ({t["kind"]}): write must be "through" or "demote", got {write!r}')
-        tc = TierConfig(
-            kind=str(t["kind"]),
-            capacity=parse_size(t["capacity"]),
-            policy=t.get("policy", "lru"),
-            high=float(t.get("high", 0.85)),
-            low=float(t.get("low", 0.70)),
-            write=write,
-            options=opts,
-        )
-        if "name" in t:
-            tc.options["name"] = str(t["name"])
-        tiers.append(tc)
+    tiers = [_tier(i, t) for i, t in enumerate(tiers_raw)]
     promote = data.get("promote", True)
     if not isinstance(promote, bool):
         raise ConfigError(f"promote must be true or false, got {promote!r}")
@@ -124,3 +105,23 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str]) -> CacheConf
         promote=promote,
         write_buffer=parse_size(data.get("write_buffer", 256 << 20)),
     )
+
+
+def _tier(i: int, t: object) -> TierConfig:
+    if not isinstance(t, Mapping) or "kind" not in t or "capacity" not in t:
+        raise ConfigError(f"tiers[{i}] needs at least 'kind' and 'capacity', got {t!r}")
+    write = t.get("write")
+    if write is not None and write not in _WRITES:
+        raise ConfigError(f'tiers[{i}] ({t["kind"]}): write must be "through" or "demote", got {write!r}')
+    tc = TierConfig(
+        kind=str(t["kind"]),
+        capacity=parse_size(t["capacity"]),
+        policy=t.get("policy", "lru"),
+        high=float(t.get("high", 0.85)),
+        low=float(t.get("low", 0.70)),
+        write=write,
+        options={k: v for k, v in t.items() if k not in _TIER},
+    )
+    if "name" in t:
+        tc.options["name"] = str(t["name"])
+    return tc

@@ -20,7 +20,9 @@ FULL = 4 * BLOB  # the disk tier's capacity
 
 
 def _full_disk(tmp_path) -> tuple[ContextCache, GatedDisk]:
-    disk = GatedDisk(FULL, path=tmp_path / "disk", fsync=False, high=1.0, low=1.0)
+    disk = GatedDisk(
+        FULL, path=tmp_path / "disk", fsync=False, high=1.0, low=1.0, write="demote"
+    )  # demotions race here
     cache = ContextCache([MemoryTier(1 << 20), disk], block_size=BS)  # no tenants: capacity passes only
     for i in range(3):
         ask(cache, "default", prompt_of(i))  # 12 blocks in RAM

@@ -95,7 +95,7 @@ def test_a_second_close_does_nothing(tmp_path):
     """close() is idempotent: a block that was pinned at the first close (so it stayed in RAM) and
     released afterwards is not spilled by a second close into a disk tier already closed (its
     directory lock released: another process may own it by then)."""
-    disk = tier_of("disk", tmp_path)
+    disk = tier_of("disk", tmp_path, write="demote")  # only a spill could write it there
     cache = ContextCache([tier_of("memory", tmp_path), disk], block_size=BS)
     toks = prompt_of(1, n_blocks=1)
     cache.store(toks, payloads(toks), "default", 0)

@@ -107,6 +107,7 @@ def test_a_dead_slow_tier_costs_hits_not_requests():
         (r"\bc(ounters)?\.(throttled_waits|throttled_recomputes)\s*\+=", "engine/lookup.py"),  # tenancy
         (r"\bc(ounters)?\.unavailable_misses\s*\+=", "engine/lookup.py"),
         (r"\bc(ounters)?\.(expired|erased)\s*\+=", "engine/erasure.py"),
+        (r"\bc(ounters)?\.(through_writes|through_dropped)\s*\+=", "engine/through.py"),
         (r"\b(by_tenant|owners)\[[^\]]*\]\s*=|\b(by_tenant|owners)\.pop\(", "engine/slot.py"),
         (r"\bts\[\"(lookups|hit_tokens|lookup_tokens)\"\]\s*\+=", "engine/lookup.py"),
     ],

@@ -18,7 +18,8 @@ def prompt(i: int) -> list[int]:
 def test_a_full_disk_evicts_its_oldest_blocks_for_newer_demotions(tmp_path):
     tiers = [
         {"kind": "memory", "capacity": 4096},  # under four 1 KiB blocks
-        {"kind": "disk", "capacity": 16384, "path": str(tmp_path), "fsync": False},  # about 13 blocks
+        # about 13 blocks; demotion only: a write-through disk would also hold RAM's blocks (fewer distinct ones)
+        {"kind": "disk", "capacity": 16384, "path": str(tmp_path), "fsync": False, "write": "demote"},
     ]
     cache = ContextCache.from_config({"block_size": BS, "tiers": tiers})
     for i in range(10):

@@ -50,7 +50,7 @@ class Watcher(Protocol):
 class Counters:
     """The engine's event counters, by owner: the lookup (``lookups`` .. ``lookup_tokens``), the
     store (``stores`` .. ``rejected``) and placement (``evictions`` .. ``delete_errors``, but
-    ``discovered``: discovery's). Each field is changed by exactly one of them."""
+    ``discovered``: discovery's; ``through_*``: engine/through.py's). Each field is changed by exactly one of them."""
 
     lookups: int = 0
     stores: int = 0

@@ -46,11 +46,12 @@ def copy_down(
     Deepest tier first: a key's latest queued move (``Mover.pending``, which lookups serve from and
     which a demotion out of RAM looks at) is then the copy into the nearest tier, the one RAM demotes
     onto; the queue runs in order, so the latest lands last. One tier's copies are queued together
-    (parents first), so the mover writes them in one batch."""
+    (parents first), so the mover writes them in one batch (up to ``mover.BATCH``)."""
     top = pl.slots[0].codec
     for d in reversed(through):
         slot, tier = pl.slots[d], pl.tiers[d]
         same = top is not None and tier.codec is not None and top.same_format(tier.codec)
+        queued: list[tuple[Node, int]] = []
         for node in nodes:
             if slot.holds(node.key):
                 continue  # a copy is there already (a repaired block's, found in storage)
@@ -62,8 +63,12 @@ def copy_down(
                 pl.c.through_dropped += 1
                 continue
             pl.mover.submit(Move(node.key, None, d, meta_of(node), payload, blob, size, 0, size, through=True))
-            slot.admit(node.key, size, tenant)
-            pl.c.through_writes += 1
+            slot.charge(node.key, tenant, size)  # at once: the next copy's room sees it in the quota
+            queued.append((node, size))
+        # Deepest first, as a store admits a chain: its ancestors look more recently used, so the
+        # tier's policy takes leaves first (parents outlive children there too).
+        slot.admit_chain([n.key for n, _ in reversed(queued)], [z for _, z in reversed(queued)], tenant)
+        pl.c.through_writes += len(queued)
 
 
 def _room(pl: Placement, d: int, payload: Any, blob: bytes | None, tenant: str) -> int | None:

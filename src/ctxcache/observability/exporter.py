@@ -44,6 +44,11 @@ _COUNTERS = {
     "demotions_skipped": ("ctxcache_demotions_skipped", "demotions given up (no room below, or a slow tier down)"),
     "repaired": ("ctxcache_repaired_blocks", "lost blocks stored again"),
     "write_errors": ("ctxcache_write_errors", "failed writes to a tier"),
+    "through_writes": ("ctxcache_write_through_blocks", "write-through copies of stored blocks queued for slow tiers"),
+    "through_dropped": (
+        "ctxcache_write_through_dropped_blocks",
+        "write-through copies not queued (tier full, over quota or down; write buffer full)",
+    ),
     "delete_errors": ("ctxcache_delete_errors", "deletes a slow tier refused (the block stays stored and charged)"),
     "collisions": ("ctxcache_hash_collisions", "key collisions caught by token verification"),
     "rejected": ("ctxcache_rejected_blocks", "blocks not stored (no room, or parent gone)"),
