@@ -122,7 +122,9 @@ def store_overhead(url: str, rounds: int, stores: int) -> dict[str, Any]:
 
 def visibility(url: str, n: int, rate: float) -> dict[str, Any]:
     cache = _cache()
-    rt = start_events(cache, {"enabled": True, "url": url, "worker": "bench-vis", "prefix": "bench:ev:", "consume": False})
+    rt = start_events(
+        cache, {"enabled": True, "url": url, "worker": "bench-vis", "prefix": "bench:ev:", "consume": False}
+    )
     assert rt is not None
     secs = n / rate + 30
     warm = [1, 2, 3] * BS  # registers the worker; its key is not timed
@@ -132,7 +134,7 @@ def visibility(url: str, n: int, rate: float) -> dict[str, Any]:
     assert proc.stdout is not None
     proc.stdout.readline()  # "following": it has read the worker's snapshot
     sent: dict[str, float] = {}
-    for i, p in enumerate(_prompts(n, 99)):
+    for p in _prompts(n, 99):
         key = cache.hasher.keys(p[:BS], cache.namespace())[0]
         t = time.time()
         cache.store(p[:BS], [b"y" * 1024])

@@ -1,6 +1,6 @@
 """Two real `ctxcache serve` workers (the real model, 64 MiB of RAM each) over one shared Redis,
 Bloom filter on (the default): worker B reuses the whole-block prefix worker A stored, asked
-half a second after A answered. Without KV events B's filter, built by SCAN at its start, says
+one second after A answered. Without KV events B's filter, built by SCAN at its start, says
 "surely absent" until its next rebuild (300 s) and B recomputes everything (issue 26). The same
 over the 3-master Redis Cluster."""
 
@@ -105,8 +105,7 @@ def _prefix_reused(tmp_path: Path, model_dir: Path, redis: str) -> None:
         prompt, cached = a.chat("What happened at the mill?")
         answered = time.monotonic()
         assert prompt > 1000 and cached == 0
-        time.sleep(0.5)
-        assert time.monotonic() - answered < 1.0
+        time.sleep(max(0.0, answered + 1.0 - time.monotonic()))  # A's write-through copies and events
         prompt_b, cached_b = b.chat("Who kept the records?")
         # the shared system prompt's whole blocks (the questions differ in the last block or two)
         assert cached_b > 800 and cached_b % BLOCK == 0 and cached_b >= prompt_b - 3 * BLOCK, (cached_b, prompt_b)

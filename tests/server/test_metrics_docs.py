@@ -54,7 +54,9 @@ def _bases(names: set[str]) -> set[str]:
 
 def test_docs_and_grafana_name_only_served_series_and_docs_cover_them_all(monkeypatch):
     public, admin = served(monkeypatch)
-    public = {n for n in public if not n.endswith("_created")} | REDIS_ONLY | CLUSTER_ONLY | EVENTS_ONLY  # _created: bookkeeping
+    public = (
+        {n for n in public if not n.endswith("_created")} | REDIS_ONLY | CLUSTER_ONLY | EVENTS_ONLY
+    )  # _created: bookkeeping
     admin = {n for n in admin if not n.endswith("_created")}
     assert admin and not admin & public, "per-tenant series must be served only on the admin route"
     have = public | admin

@@ -111,14 +111,14 @@ class _Reader:
     def u64(self) -> int:
         return cast(int, _U64.unpack(self.take(8))[0])
 
-    def str(self) -> str:
+    def text(self) -> str:
         try:
             return self.take(self.u8()).decode()
         except UnicodeDecodeError:
             raise EventDecodeError("an event string is not UTF-8") from None
 
-    def strs(self) -> tuple[str, ...]:
-        return tuple(self.str() for _ in range(self.u8()))
+    def texts(self) -> tuple[str, ...]:
+        return tuple(self.text() for _ in range(self.u8()))
 
     def keys(self) -> tuple[bytes, ...]:
         n, width = self.u32(), self.u8()
@@ -129,7 +129,7 @@ class _Reader:
 
 
 def _stored(r: _Reader) -> BlockStored:
-    tier, flags = r.str(), r.u8()
+    tier, flags = r.text(), r.u8()
     parent = r.take(r.u8()) if flags & F_PARENT else None
     block_size, size, keys = r.u32(), r.u64(), r.keys()
     tokens = None
@@ -139,7 +139,7 @@ def _stored(r: _Reader) -> BlockStored:
 
 
 def _removed(r: _Reader) -> BlockRemoved:
-    tier, why = r.str(), r.u8()
+    tier, why = r.text(), r.u8()
     if why >= len(REMOVE_REASONS):
         raise EventDecodeError(f"unknown remove reason {why}")
     return BlockRemoved(r.keys(), tier, cast(RemoveReason, REMOVE_REASONS[why]))
@@ -158,10 +158,10 @@ def decode_events(data: bytes) -> tuple[Event, ...]:
         elif kind == K_REMOVED:
             out.append(_removed(r))
         elif kind == K_CLEARED:
-            out.append(TierCleared(r.str(), r.str()))
+            out.append(TierCleared(r.text(), r.text()))
         elif kind == K_STARTED:
             bs = r.u32()
-            out.append(WorkerStarted(r.strs(), r.strs(), bs, r.strs()))
+            out.append(WorkerStarted(r.texts(), r.texts(), bs, r.texts()))
         elif kind == K_HEARTBEAT:
             out.append(Heartbeat())
         else:

@@ -81,7 +81,9 @@ class EventsConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 3600:
                 raise ConfigError(f"events.{name} must be in (0, 3600], got {v!r}")
-        if self.url is not None and (not isinstance(self.url, str) or urlsplit(self.url).scheme not in ("redis", "rediss", "unix")):
+        if self.url is not None and (
+            not isinstance(self.url, str) or urlsplit(self.url).scheme not in ("redis", "rediss", "unix")
+        ):
             raise ConfigError(f"events.url must look like 'redis://host:port/db', got {self.url!r}")
         if not isinstance(self.prefix, str) or not self.prefix or "{" in self.prefix or "}" in self.prefix:
             raise ConfigError(f"events.prefix must be a non-empty string without braces, got {self.prefix!r}")
@@ -126,7 +128,9 @@ class EventsRuntime:
         url = cfg.url or (first.url if first is not None else None)
         if url is None:
             raise ConfigError("[events] needs a url (no Redis tier to take it from)")
-        cluster = cfg.cluster if cfg.cluster is not None else bool(first is not None and first.cluster and cfg.url is None)
+        cluster = (
+            cfg.cluster if cfg.cluster is not None else bool(first is not None and first.cluster and cfg.url is None)
+        )
         self.prefix = cfg.prefix
         self.publisher = StreamsPublisher(
             connect(url, cluster, cfg.timeout_s), worker, prefix=cfg.prefix, maxlen=cfg.maxlen,
@@ -189,7 +193,9 @@ def default_worker(port: int | None = None) -> str:
     return f"{host}:{port}" if port else f"{host}-{os.getpid()}"
 
 
-def start_events(cache: ContextCache, table: Mapping[str, Any] | EventsConfig | None, worker: str | None = None) -> EventsRuntime | None:
+def start_events(
+    cache: ContextCache, table: Mapping[str, Any] | EventsConfig | None, worker: str | None = None
+) -> EventsRuntime | None:
     """Start the events of ``cache`` as ``[events]`` says (None when they are off)."""
     cfg = table if isinstance(table, EventsConfig) else EventsConfig.from_dict(table)
     redis = [t for t in cache.tiers if t.kind == "redis"]

@@ -65,7 +65,9 @@ def connect(url: str, cluster: bool, timeout: float) -> Any:
         import redis
         from redis.cluster import RedisCluster
     except ImportError:
-        raise MissingDependencyError("KV events on Redis Streams need redis-py: pip install 'ctxcache[redis]'") from None
+        raise MissingDependencyError(
+            "KV events on Redis Streams need redis-py: pip install 'ctxcache[redis]'"
+        ) from None
     kw: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
     if cluster:
         return RedisCluster.from_url(url, **kw)
