@@ -88,22 +88,29 @@ def encode_events(events: tuple[Event, ...]) -> bytes:
     return b"".join(out)
 
 
+_TAIL = struct.Struct("<IQIB")  # a BlockStored's block_size, size, key count, key width
+
+
 class _Reader:
-    __slots__ = ("buf", "pos")
+    __slots__ = ("buf", "pos", "names")
 
     def __init__(self, buf: bytes) -> None:
-        self.buf, self.pos = memoryview(buf), 0
+        self.buf, self.pos = bytes(buf), 0
+        self.names: dict[bytes, str] = {}  # tier names repeat in every event: decoded once
 
     def take(self, n: int) -> bytes:
         end = self.pos + n
         if end > len(self.buf):
             raise EventDecodeError("truncated event batch")
-        out = bytes(self.buf[self.pos : end])
+        out = self.buf[self.pos : end]
         self.pos = end
         return out
 
     def u8(self) -> int:
-        return self.take(1)[0]
+        if self.pos >= len(self.buf):
+            raise EventDecodeError("truncated event batch")
+        self.pos += 1
+        return self.buf[self.pos - 1]
 
     def u32(self) -> int:
         return cast(int, _U32.unpack(self.take(4))[0])
@@ -112,30 +119,44 @@ class _Reader:
         return cast(int, _U64.unpack(self.take(8))[0])
 
     def text(self) -> str:
-        try:
-            return self.take(self.u8()).decode()
-        except UnicodeDecodeError:
-            raise EventDecodeError("an event string is not UTF-8") from None
+        raw = self.take(self.u8())
+        name = self.names.get(raw)
+        if name is None:
+            try:
+                name = self.names[raw] = raw.decode()
+            except UnicodeDecodeError:
+                raise EventDecodeError("an event string is not UTF-8") from None
+        return name
 
     def texts(self) -> tuple[str, ...]:
         return tuple(self.text() for _ in range(self.u8()))
 
     def keys(self) -> tuple[bytes, ...]:
         n, width = self.u32(), self.u8()
+        return self._run(n, width)
+
+    def _run(self, n: int, width: int) -> tuple[bytes, ...]:
         if n and not width:
             raise EventDecodeError("keys of width 0")
-        run = self.take(n * width)
-        return tuple(run[i : i + width] for i in range(0, n * width, width))
+        start = self.pos
+        self.take(n * width)
+        buf = self.buf
+        return tuple(buf[i : i + width] for i in range(start, start + n * width, width))
 
-
-def _stored(r: _Reader) -> BlockStored:
-    tier, flags = r.text(), r.u8()
-    parent = r.take(r.u8()) if flags & F_PARENT else None
-    block_size, size, keys = r.u32(), r.u64(), r.keys()
-    tokens = None
-    if flags & F_TOKENS:
-        tokens = tuple(array("i", r.take(4 * r.u32())))
-    return BlockStored(keys, tier, parent, block_size, size, tokens)
+    def stored(self) -> BlockStored:
+        """The hot path (most events): fixed fields in one unpack."""
+        tier, flags = self.text(), self.u8()
+        parent = self.take(self.u8()) if flags & F_PARENT else None
+        try:
+            block_size, size, n, width = _TAIL.unpack_from(self.buf, self.pos)
+        except struct.error:
+            raise EventDecodeError("truncated event batch") from None
+        self.pos += _TAIL.size
+        keys = self._run(n, width)
+        tokens = None
+        if flags & F_TOKENS:
+            tokens = tuple(array("i", self.take(4 * self.u32())))
+        return BlockStored(keys, tier, parent, block_size, size, tokens)
 
 
 def _removed(r: _Reader) -> BlockRemoved:
@@ -154,7 +175,7 @@ def decode_events(data: bytes) -> tuple[Event, ...]:
     for _ in range(n):
         kind = r.u8()
         if kind == K_STORED:
-            out.append(_stored(r))
+            out.append(r.stored())
         elif kind == K_REMOVED:
             out.append(_removed(r))
         elif kind == K_CLEARED:
