@@ -2,7 +2,7 @@
 
 The engine calls it (through ``EngineWatch``, the engine's ``Watcher``) under its lock, where
 placement changes; each call appends one record to a list and returns. A thread of its own,
-every ``flush_s``, turns the records into events (consecutive blocks of one chain into one
+``flush_s`` after the first record of a batch, turns the records into events (consecutive blocks of one chain into one
 ``BlockStored``, consecutive removals from one tier for one reason into one ``BlockRemoved``),
 numbers the batch (``seq`` from 1 per epoch, without gaps) and hands it to every sink. A worker
 quiet for ``heartbeat_s`` sends a ``Heartbeat`` batch, so consumers can tell quiet from dead.
@@ -27,6 +27,7 @@ log = logging.getLogger("ctxcache.events")
 
 FLUSH_S = 0.005  # records wait at most this long for their batch: well inside the 50 ms goal
 MAX_RECORDS = 4096  # records that start a batch before the flush interval is up
+IDLE_S = 0.25  # an idle emitter's wake-ups (tier health ticks, heartbeat checks)
 
 
 class Sink(Protocol):
@@ -145,8 +146,9 @@ class Emitter:
     def _add(self, rec: Record) -> None:
         with self._lock:
             self._records.append(rec)
-            if len(self._records) >= MAX_RECORDS:
-                self._wake.set()
+            n = len(self._records)
+        if n == 1 or n == MAX_RECORDS:  # the first record starts a batch's flush_s; a full one flushes now
+            self._wake.set()
 
     # --- the thread ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -174,9 +176,15 @@ class Emitter:
         return len(events)
 
     def _run(self) -> None:
+        # Idle, the thread wakes only for ticks and heartbeats (IDLE_S); a first record wakes it,
+        # and its batch goes out flush_s later with whatever followed.
         while not self._stop.is_set():
-            self._wake.wait(self.flush_s)
-            self._wake.clear()
+            if self._wake.wait(min(IDLE_S, self.heartbeat_s)):
+                self._wake.clear()
+                with self._lock:
+                    full = len(self._records) >= MAX_RECORDS
+                if not full:
+                    self._stop.wait(self.flush_s)
             for tick in self.ticks:
                 try:
                     tick()
