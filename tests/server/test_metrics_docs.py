@@ -20,6 +20,13 @@ NAME = re.compile(r"\bctxcache_[a-z][a-z0-9_]*")
 ADMIN_HEADING = "## Per-tenant series (admin key only)"
 REDIS_ONLY = {"ctxcache_tier_reconnects_total", "ctxcache_tier_errors_total"}  # tiers without a backend lack them
 CLUSTER_ONLY = {"ctxcache_tier_masters_down"}  # only a Redis Cluster tier has masters
+EVENTS_ONLY = {  # only a server with KV events on (a Redis tier) serves them: see the last test
+    "ctxcache_events_published_total", "ctxcache_events_dropped_total", "ctxcache_events_publish_errors_total",
+    "ctxcache_events_snapshots_written_total", "ctxcache_events_queued_batches", "ctxcache_events_consumed_total",
+    "ctxcache_events_consumer_lag_seconds", "ctxcache_events_replays_total", "ctxcache_events_snapshots_loaded_total",
+    "ctxcache_events_gaps_total", "ctxcache_events_epochs_total", "ctxcache_events_silent_workers_total",
+    "ctxcache_events_workers",
+}  # fmt: skip
 
 
 def _names(text: str) -> set[str]:
@@ -47,7 +54,9 @@ def _bases(names: set[str]) -> set[str]:
 
 def test_docs_and_grafana_name_only_served_series_and_docs_cover_them_all(monkeypatch):
     public, admin = served(monkeypatch)
-    public = {n for n in public if not n.endswith("_created")} | REDIS_ONLY | CLUSTER_ONLY  # _created: bookkeeping
+    public = (
+        {n for n in public if not n.endswith("_created")} | REDIS_ONLY | CLUSTER_ONLY | EVENTS_ONLY
+    )  # _created: bookkeeping
     admin = {n for n in admin if not n.endswith("_created")}
     assert admin and not admin & public, "per-tenant series must be served only on the admin route"
     have = public | admin
@@ -81,3 +90,16 @@ def _registry(tiers: dict[str, dict[str, object]]) -> CollectorRegistry:
     reg = CollectorRegistry()
     reg.register(CacheCollector(lambda: {"tiers": tiers}))
     return reg
+
+
+def test_the_events_collector_serves_exactly_the_exempted_events_series():
+    from ctxcache.observability.events import EventsCollector
+
+    class Running:
+        def stats(self):
+            return {"publisher": {"published": 3}, "consumer": {"applied": 2, "lag_s": 0.01}}
+
+    for runtime, want in ((None, set()), (Running(), EVENTS_ONLY)):
+        reg = CollectorRegistry()
+        reg.register(EventsCollector(lambda r=runtime: r))
+        assert {n for n in _names(generate_latest(reg).decode()) if not n.endswith("_created")} == want

@@ -9,9 +9,10 @@ disk or network I/O runs under it (see lookup.py and mover.py).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any, Unpack
 
 from ..index import RadixIndex
@@ -78,6 +79,7 @@ class Engine:
         self.through = tiers_of(self.placement)  # slow tiers every store also queues to
         # One RAM tier of live objects: lookups need no verification beyond the index's.
         self.simple = len(self.slots) == 1 and self.placement.all_memory and self.tiers[0].codec is None
+        self.leaving: str | None = None  # why blocks leave tiers now, when not placement's own doing (events)
         self._closed = False
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
@@ -119,6 +121,15 @@ class Engine:
     def _sweep_loop(self) -> None:
         while not self._stop.wait(SWEEP_EVERY_S):
             self.sweep()
+
+    @contextlib.contextmanager
+    def leaving_as(self, reason: str) -> Iterator[None]:
+        """Under the lock: blocks that leave tiers meanwhile leave for ``reason`` (erased, expired)."""
+        before, self.leaving = self.leaving, reason
+        try:
+            yield
+        finally:
+            self.leaving = before
 
     # --- requests -----------------------------------------------------------------------------------
     def namespace(self, namespace: str | Namespace = "default", cache_salt: str | None = None) -> Namespace:

@@ -136,7 +136,7 @@ def _erase_stored(e: Engine, tenant: str | None, rounds: int = 3) -> tuple[int, 
 
 
 def erase_tenant(e: Engine, tenant: str) -> dict[str, Any]:
-    with e.lock:
+    with e.lock, e.leaving_as("erased"):
         nodes = [n for n in e.index if n.tag == tenant]
         erased, busy = _erase_nodes(e, nodes)
         for slot_pos, slot in enumerate(e.slots):  # blocks charged to the tenant the index lacks
@@ -164,7 +164,7 @@ def erase_tenant(e: Engine, tenant: str) -> dict[str, Any]:
 
 def flush_all(e: Engine) -> dict[str, Any]:
     """Every unpinned block of every tenant, from every tier (like vLLM's reset_prefix_cache)."""
-    with e.lock:
+    with e.lock, e.leaving_as("erased"):
         erased, busy = _erase_nodes(e, list(e.index))
         for t, slot in enumerate(e.slots):  # orphans: blocks of earlier runs the index lacks
             for key in list(slot.owners):
@@ -186,7 +186,7 @@ def sweep(e: Engine, now: float) -> int:
     if not len(e.expiry):
         return 0
     done = 0
-    with e.lock:
+    with e.lock, e.leaving_as("expired"):
         later: list[tuple[Hashable, float, int]] = []
         for key in e.expiry.due(now, SWEEP_BATCH):
             node = e.index.get(key)

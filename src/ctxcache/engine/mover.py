@@ -281,6 +281,10 @@ class Mover:
         self.buffered -= m.buffered
         if self.pending.get(m.key) is m:
             del self.pending[m.key]
+        if m.dst is not None and m.ok:  # readable there now (the slot was told when it was queued)
+            watch = self.slots[m.dst].watch
+            if watch is not None:
+                watch.landed(m.dst, m.key)
         self.done(m)
 
     def _perform(self, batch: list[Move]) -> None:

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Protocol
 
 from ..codec import Codec
 from ..policies import Policy
@@ -33,6 +33,17 @@ FIRST_BACKOFF = 0.5  # seconds from the breaker opening to its first probe; doub
 MAX_BACKOFF = 30.0  # seconds at most between two probes
 
 log = logging.getLogger("ctxcache.engine")
+
+
+class Watcher(Protocol):
+    """Told, under the engine's lock, when a key starts or stops being charged to a tier: where
+    placement changes (events/emitter.py turns these into KV events). Must not block."""
+
+    def admitted(self, pos: int, key: Hashable) -> None: ...
+
+    def left(self, pos: int, key: Hashable) -> None: ...
+
+    def landed(self, pos: int, key: Hashable) -> None: ...
 
 
 @dataclass(slots=True)
@@ -78,7 +89,7 @@ class Slot:
     __slots__ = (
         "pos", "tier", "policy", "name", "capacity", "high", "low", "slow", "persistent", "kind",
         "hits", "evictions", "inflow", "outflow", "owners", "by_tenant", "quotas", "owner_of", "_pairs",
-        "retry", "retrying", "refusals", "backoff", "probe_at", "clock", "write",
+        "retry", "retrying", "refusals", "backoff", "probe_at", "clock", "write", "watch",
     )  # fmt: skip
 
     def __init__(self, pos: int, tier: Tier, policy: Policy, clock: Callable[[], float] = time.monotonic) -> None:
@@ -108,6 +119,7 @@ class Slot:
         self.refusals = 0
         self.backoff = 0.0  # seconds from the next probe to the one after
         self.probe_at = 0.0  # the next probe's time, while the breaker is open
+        self.watch: Watcher | None = None  # told of every key that becomes resident or leaves (KV events)
         # "through": every store queues a copy here (engine/through.py); "demote": only demotions
         # reach it. Resolved from the tier's setting and its place by the factory (``write_mode``).
         self.write = "demote"
@@ -171,10 +183,14 @@ class Slot:
         untrack(pair)
         owners[key] = pair
         self.by_tenant[tenant] = self.by_tenant.get(tenant, 0) + n
+        if self.watch is not None:  # charged: resident from now on (a store charges before it admits)
+            self.watch.admitted(self.pos, key)
 
     def _uncharge(self, key: Hashable) -> None:
         got = self.owners.pop(key, None)
         if got is not None:
+            if self.watch is not None:
+                self.watch.left(self.pos, key)
             left = self.by_tenant.get(got[0], 0) - got[1]
             if left > 0:
                 self.by_tenant[got[0]] = left

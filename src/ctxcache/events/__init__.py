@@ -1,5 +1,7 @@
 """KV events (docs/events.md): the model here, transports and consumers beside it."""
 
+from .consumer import Consumer, Listener
+from .emitter import Emitter, Sink
 from .model import (
     REMOVE_REASONS,
     BlockRemoved,
@@ -11,8 +13,14 @@ from .model import (
     WorkerStarted,
     new_epoch,
 )
+from .state import WorkerView
 
 __all__ = [
+    "Consumer",
+    "Emitter",
+    "Listener",
+    "Sink",
+    "WorkerView",
     "REMOVE_REASONS",
     "BlockRemoved",
     "BlockStored",

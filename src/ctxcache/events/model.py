@@ -20,6 +20,7 @@ from typing import Literal
 
 # Why a block left a tier. "demoted": it moved to a slower tier (a BlockStored for that tier
 # follows once the write lands); the others mean the block is gone from that tier.
+# New reasons are appended, never reordered: the stream codec sends a reason as its position here.
 RemoveReason = Literal["evicted", "demoted", "erased", "expired", "lost", "replaced"]
 REMOVE_REASONS: tuple[str, ...] = ("evicted", "demoted", "erased", "expired", "lost", "replaced")
 
@@ -56,11 +57,14 @@ class TierCleared:
 class WorkerStarted:
     """First event of every epoch: consumers forget what they knew of this worker's older
     epochs. ``tiers`` lists the worker's tiers, fastest first; ``shared`` those other
-    processes read too (a block stored there is a hit for every worker on that store)."""
+    processes read too (a block stored there is a hit for every worker on that store);
+    ``stores`` names the store behind each of ``shared`` (``redis://host:port/db#prefix``, no
+    credentials), so a consumer matches a shared tier by what it is, not by its name."""
 
     tiers: tuple[str, ...] = ()
     shared: tuple[str, ...] = ()
     block_size: int = 0
+    stores: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

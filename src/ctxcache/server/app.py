@@ -17,6 +17,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
+from ..events.runtime import EventsConfig, start_events
+from ..observability.events import EventsCollector
 from ..observability.service import ObsConfig, Observability
 from .config import ServerConfig
 from .deps import APIError, describe_validation, error_response, invalid_field, tenant_for, unsupported_field
@@ -87,6 +89,8 @@ def _lifespan(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await state.worker.start()
+        if app.state.events_config is not None:  # KV events (docs/events.md): off without a Redis tier
+            app.state.events = start_events(state.lm.cache, app.state.events_config)
         background = [asyncio.create_task(_sweep(state)), asyncio.create_task(_tick(observability))]
         try:
             yield
@@ -96,6 +100,9 @@ def _lifespan(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             observability.close()
+            if app.state.events is not None:
+                app.state.events.close()
+                app.state.events = None
             await state.worker.stop()
             for lane in (state.tokenizer, state.tokenizer_large):
                 lane.shutdown(wait=False, cancel_futures=True)
@@ -158,6 +165,8 @@ def create_app(
     )
     app.state.ctx = state
     app.state.obs = observability
+    app.state.events_config, app.state.events = EventsConfig.from_dict(cfg.events), None
+    state.metrics.registry.register(EventsCollector(lambda: app.state.events))
     app.add_middleware(_Stamp, metrics=state.metrics)
     app.add_middleware(RequestGuard, max_body_bytes=int(cfg.max_body_bytes))  # outermost
 

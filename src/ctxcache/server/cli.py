@@ -167,9 +167,11 @@ def _load(path: Path, cache_cfg: dict[str, Any], cfg: ServerConfig) -> tuple[Any
 def _run(lm: Any, cache: ContextCache, cfg: ServerConfig, model_id: str, host: str, port: int, uv_log: str) -> None:
     import uvicorn
 
+    from ..events.runtime import default_worker
     from .app import create_app
     from .memtrace import start_from_env as start_memtrace
 
+    cfg.events.setdefault("worker", default_worker(port))  # the id other workers and routers see
     app = create_app(lm, cfg, model_id=model_id)
     start_memtrace(cache)  # only with CTXCACHE_MEMTRACE set (server/memtrace.py)
     shown = f"[{host}]" if ":" in host else host

@@ -43,6 +43,9 @@ tenants = ["team-a"]
 # max_pending = 100000    # deletes that may not have landed, kept and retried; past it the oldest is given up
 # journal = false         # default: those deletes journaled under ctxcache's home, across a crash
 
+[events]                  # KV events on Redis Streams, see docs/events.md (default: on with a Redis tier)
+token_ids = false
+
 [admin]                   # opens every /v1/admin route and the dashboard's tenant table, as do
                           # [cache.tenancy] admin_keys and env CTXCACHE_ADMIN_KEY (any of them);
                           # none configured: admin routes answer 403
@@ -91,6 +94,7 @@ class ServerConfig:
     observability: ObsConfig = field(default_factory=ObsConfig)
     semantic: dict[str, Any] = field(default_factory=dict)  # validated by server/routes_semantic.py
     admin: dict[str, Any] = field(default_factory=dict)  # {"key": ...}, see server/routes_admin.py
+    events: dict[str, Any] = field(default_factory=dict)  # KV events: docs/events.md (events/runtime.py checks it)
     file_cache_keys: frozenset[str] = field(default=frozenset(), init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -133,6 +137,9 @@ class ServerConfig:
         if len(set(self.api_keys)) != len(self.api_keys):
             raise ConfigError("api_keys has duplicate keys")
         self._check_admin_table()
+        from ..events.runtime import EventsConfig
+
+        EventsConfig.from_dict(self.events)  # a bad [events] table fails at startup
         admin = {os.environ.get("CTXCACHE_ADMIN_KEY"), self.admin.get("key"), self.observability.admin_key}
         shared = sorted({self.api_keys[k] for k in admin & set(self.api_keys) if isinstance(k, str)})
         if shared:  # that tenant would open the admin routes and the dashboard's tenant table
@@ -165,9 +172,10 @@ _SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {
     "observability",
     "semantic",
     "admin",
+    "events",
     "file_cache_keys",
 }
-_TABLES = ["admin", "api_keys", "cache", "observability", "semantic", "server"]
+_TABLES = ["admin", "api_keys", "cache", "events", "observability", "semantic", "server"]
 
 
 def load_server_config(source: str | os.PathLike[str] | Mapping[str, Any] | None = None) -> ServerConfig:
@@ -195,9 +203,9 @@ def load_server_config(source: str | os.PathLike[str] | Mapping[str, Any] | None
         raise ConfigError(f"unknown [server] keys {sorted(bad)}; known: {sorted(_SERVER_KEYS)}")
     keys = data.get("api_keys", {})
     cache = data.get("cache", {})
-    semantic, admin = data.get("semantic", {}), data.get("admin", {})
-    if not all(isinstance(t, Mapping) for t in (keys, cache, semantic, admin)):
-        raise ConfigError("[api_keys], [cache], [semantic] and [admin] must be tables")
+    semantic, admin, events = data.get("semantic", {}), data.get("admin", {}), data.get("events", {})
+    if not all(isinstance(t, Mapping) for t in (keys, cache, semantic, admin, events)):
+        raise ConfigError("[api_keys], [cache], [semantic], [admin] and [events] must be tables")
     obs = obs_config_from(data.get("observability", {}))
     if "admin_key" in data.get("observability", {}):
         log.warning(
@@ -212,6 +220,7 @@ def load_server_config(source: str | os.PathLike[str] | Mapping[str, Any] | None
             observability=obs,
             semantic=dict(semantic),
             admin=dict(admin),
+            events=dict(events),
         )
     except TypeError as exc:
         raise ConfigError(f"[server]: {exc}") from None

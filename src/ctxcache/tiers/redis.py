@@ -15,7 +15,7 @@ Accounting is local (BlobTier's key -> size index): ``used_bytes`` counts the bl
 for, which is what ``capacity`` bounds; blocks other processes keep alive are theirs to evict, and
 TTLs and the server's maxmemory policy bound the whole store. A Bloom filter over the prefix's
 keys (rebuilt by SCAN at connect, every ``bloom_refresh`` seconds and when it fills, see bloom.py) answers "surely
-absent" without a round trip.
+absent" without a round trip; with KV events (docs/events.md) other workers' writes are added as their events arrive.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class RedisTier(RedisHealth, BlobTier):
         bloom: bool = True,
         bloom_items: int = 1_000_000,
         bloom_fpr: float = 0.01,
-        bloom_refresh: float | str = 300.0,
+        bloom_refresh: float | str | None = None,
         **kw: Any,
     ) -> None:
         super().__init__(capacity, policy, **kw)
@@ -70,7 +70,10 @@ class RedisTier(RedisHealth, BlobTier):
         self.ttl = None if ttl is None else parse_duration(ttl, "ttl")
         self.timeout = parse_duration(timeout, "timeout")
         self.retry_interval = parse_duration(retry_interval, "retry_interval")
-        self.bloom_refresh = parse_duration(bloom_refresh, "bloom_refresh")
+        # Unset: 300 s, or hourly once KV events feed the filter (events/runtime.py): then the
+        # SCAN is a safety net that only drops keys deleted since.
+        self.bloom_refresh_set = bloom_refresh is not None
+        self.bloom_refresh = parse_duration(300.0 if bloom_refresh is None else bloom_refresh, "bloom_refresh")
         try:
             self.filter = KeyFilter(bloom_items, bloom_fpr) if bloom else None
         except ValueError as exc:

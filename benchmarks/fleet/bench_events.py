@@ -1,0 +1,260 @@
+"""KV events on Redis Streams (docs/events.md), four figures in one run against a throwaway
+redis-server on loopback:
+
+1. store overhead, events on vs off: the same stores (16-block prompts, 1 KiB payloads, RAM tier)
+   into two caches, alternating store by store (and which goes first) so a busy machine slows both
+   alike; the figure is the median round's time per store, on minus off, over off (goal <= 5 %).
+2. publish -> visible at another process: a store here, at a steady rate, and a consumer in a
+   subprocess that notes the wall time at which each key reaches its view; p50/p99 of the
+   difference (goal p99 <= 50 ms). Both clocks are this machine's.
+3. consumer throughput: a stream pre-filled with N batches of 10 events (BlockStored of a 4-block
+   chain each), read, decoded and applied by one consumer on one thread; events/s by the wall
+   clock and per CPU-second of that thread (goal >= 100k events/s per core).
+4. rebuild from a snapshot of 1 M blocks: GET, decode and build the view (goal <= 5 s).
+
+Prints one JSON line; writes benchmarks/results/events.json and events.png.
+Run: PYTHONPATH=src .venv/bin/python benchmarks/fleet/bench_events.py [--rounds 7] [--stores 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "src"))
+
+import redis  # noqa: E402
+
+from ctxcache.cache import ContextCache  # noqa: E402
+from ctxcache.events import BlockStored, EventBatch, WorkerStarted  # noqa: E402
+from ctxcache.events.consumer import Consumer  # noqa: E402
+from ctxcache.events.runtime import start_events  # noqa: E402
+from ctxcache.events.state import WorkerView, encode_snapshot  # noqa: E402
+from ctxcache.events.streams import StreamsPublisher, snapshot_key  # noqa: E402
+
+BS = 16
+WATCHER = """
+import json, sys, time, redis
+sys.path.insert(0, sys.argv[3])
+from ctxcache.events.consumer import Consumer
+seen = {}
+class L:
+    def stored(self, view, tier, keys):
+        now = time.time()
+        for k in keys:
+            seen.setdefault(k.hex(), now)
+    def removed(self, view, tier, keys): pass
+    def forget(self, view): pass
+c = Consumer(redis.Redis.from_url(sys.argv[1]), prefix="bench:ev:", listeners=[L()], block_ms=100)
+while not c.workers:
+    c.poll()
+print("following", flush=True)
+end = time.time() + float(sys.argv[2])
+while time.time() < end and len(seen) < int(sys.argv[4]):
+    c.poll()
+print(json.dumps(seen))
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+    args = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        try:
+            if redis.Redis(port=port).ping():
+                break
+        except redis.exceptions.ConnectionError:
+            time.sleep(0.02)
+    return proc, f"redis://127.0.0.1:{port}/0"
+
+
+def _cache() -> ContextCache:
+    return ContextCache.from_config({"block_size": BS, "tiers": [{"kind": "memory", "capacity": "4GiB"}]})
+
+
+def _prompts(n: int, seed: int) -> list[list[int]]:
+    return [list(range((seed * n + i) * 1000, (seed * n + i) * 1000 + 16 * BS)) for i in range(n)]
+
+
+def store_overhead(url: str, rounds: int, stores: int) -> dict[str, Any]:
+    off, on = _cache(), _cache()
+    rt = start_events(on, {"enabled": True, "url": url, "worker": "bench-on", "prefix": "bench:ov:", "consume": False})
+    assert rt is not None
+    payloads = [b"x" * 1024] * 16
+    per: dict[str, list[float]] = {"off": [], "on": []}
+    for r in range(rounds):  # store by store, alternating which cache goes first: noise hits both alike
+        spent = {"off": 0.0, "on": 0.0}
+        for i, p in enumerate(_prompts(stores, r)):
+            for name, cache in (("off", off), ("on", on)) if i % 2 == 0 else (("on", on), ("off", off)):
+                t0 = time.perf_counter()
+                cache.store(p, payloads)
+                spent[name] += time.perf_counter() - t0
+        for name in spent:
+            per[name].append(spent[name] / stores)
+    time.sleep(0.5)
+    stats = rt.stats()
+    rt.close()
+    m_off, m_on = statistics.median(per["off"]), statistics.median(per["on"])
+    return {
+        "store_us_off": round(m_off * 1e6, 1), "store_us_on": round(m_on * 1e6, 1),
+        "overhead_pct": round(100 * (m_on - m_off) / m_off, 2), "events_published": stats["publisher"]["published"],
+        "events_dropped": stats["publisher"]["dropped"], "rounds": rounds, "stores_per_round": stores,
+    }  # fmt: skip
+
+
+def visibility(url: str, n: int, rate: float) -> dict[str, Any]:
+    cache = _cache()
+    rt = start_events(
+        cache, {"enabled": True, "url": url, "worker": "bench-vis", "prefix": "bench:ev:", "consume": False}
+    )
+    assert rt is not None
+    secs = n / rate + 30
+    warm = [1, 2, 3] * BS  # registers the worker; its key is not timed
+    cache.store(warm, [b"w" * 1024] * 3)
+    args = [sys.executable, "-c", WATCHER, url, str(secs), str(ROOT / "src"), str(n + 3)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    proc.stdout.readline()  # "following": it has read the worker's snapshot
+    sent: dict[str, float] = {}
+    for p in _prompts(n, 99):
+        key = cache.hasher.keys(p[:BS], cache.namespace())[0]
+        t = time.time()
+        cache.store(p[:BS], [b"y" * 1024])
+        sent[key.hex()] = t
+        time.sleep(max(0.0, t + 1 / rate - time.time()))
+    out, _ = proc.communicate(timeout=secs + 30)
+    seen = json.loads(out.strip().splitlines()[-1])
+    rt.close()
+    lat = sorted(1000 * (seen[k] - t) for k, t in sent.items() if k in seen)
+    q = statistics.quantiles(lat, n=100) if len(lat) > 1 else [0.0] * 99
+    return {"samples": len(lat), "missing": len(sent) - len(lat), "p50_ms": round(q[49], 2), "p99_ms": round(q[98], 2),
+            "max_ms": round(lat[-1], 2) if lat else None, "rate_per_s": rate}  # fmt: skip
+
+
+def throughput(url: str, batches: int) -> dict[str, Any]:
+    client = redis.Redis.from_url(url)
+    pub = StreamsPublisher(client, "bench-tp", prefix="bench:tp:", maxlen=batches * 2, buffer=batches + 10)
+    pub.publish(EventBatch("bench-tp", "e", 1, (WorkerStarted(("ram",), (), BS),), time.time()))
+    k = 0
+    for seq in range(2, batches + 2):
+        evs = []
+        for _ in range(10):
+            keys = tuple((k + j).to_bytes(16, "big") for j in range(4))
+            evs.append(BlockStored(keys, "ram", None, BS, 4096))
+            k += 4
+        pub.publish(EventBatch("bench-tp", "e", seq, tuple(evs), time.time()))
+    while pub.stats()["queued"]:
+        time.sleep(0.05)
+    pub.close()
+    client.delete(snapshot_key("bench:tp:", "bench-tp"))  # no snapshot: the consumer reads every entry
+    c = Consumer(redis.Redis.from_url(url), prefix="bench:tp:", heartbeat_s=3600, block_ms=1)
+    c.poll()  # discovery: no snapshot, so it follows the stream from its first entry
+    t0, c0 = time.perf_counter(), time.thread_time()
+    while c.workers["bench-tp"].seq < batches + 1:
+        c.poll()
+    assert c.applied == 10 * batches + 1, c.stats()
+    wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+    n = c.applied
+    return {"events": n, "keys": 4 * (n - 1), "events_per_s": round(n / wall), "events_per_cpu_s": round(n / cpu),
+            "wall_s": round(wall, 3)}  # fmt: skip
+
+
+def snapshot_rebuild(url: str, blocks: int) -> dict[str, Any]:
+    client = redis.Redis.from_url(url, socket_timeout=30)
+    view = WorkerView("bench-snap", "e", 7)
+    view.started = WorkerStarted(("ram", "redis"), ("redis",), BS, ("redis://x:1/0#p",))
+    view.tiers["redis"] = {os.urandom(16) for _ in range(blocks)}
+    blob = encode_snapshot(view, "0-0")
+    client.set(snapshot_key("bench:sn:", "bench-snap"), blob)
+    c = Consumer(redis.Redis.from_url(url, socket_timeout=30), prefix="bench:sn:")
+    from ctxcache.events.consumer import _Followed
+
+    f = _Followed("bench-snap", time.monotonic())
+    t0 = time.perf_counter()
+    c._resync(f)
+    dt = time.perf_counter() - t0
+    assert len(f.view.tiers["redis"]) == blocks
+    return {"blocks": blocks, "snapshot_mb": round(len(blob) / 2**20, 1), "rebuild_s": round(dt, 3)}
+
+
+def _plot(res: dict[str, Any], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(1, 3, figsize=(11, 3.2))
+    so = res["store_overhead"]
+    ax[0].bar(["events off", "events on"], [so["store_us_off"], so["store_us_on"]], color=["#888", "#3a7"])
+    ax[0].set_ylabel("µs per store (16 blocks)")
+    ax[0].set_title(f"store overhead {so['overhead_pct']:+.1f} % (goal <= 5 %)")
+    v = res["visibility"]
+    ax[1].bar(["p50", "p99"], [v["p50_ms"], v["p99_ms"]], color="#37a")
+    ax[1].axhline(50, color="r", ls="--", lw=1)
+    ax[1].set_ylabel("ms, store -> seen by another process")
+    ax[1].set_title("visibility (goal p99 <= 50 ms)")
+    t, s = res["throughput"], res["snapshot"]
+    ax[2].bar(["k events/CPU-s", "1M rebuild, s x100"],
+              [t["events_per_cpu_s"] / 1000, s["rebuild_s"] * 100], color=["#a73", "#73a"])  # fmt: skip
+    ax[2].set_title("consumer (goal >= 100k/s; <= 5 s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--stores", type=int, default=2000)
+    ap.add_argument("--visible", type=int, default=1000)
+    ap.add_argument("--rate", type=float, default=200.0)
+    ap.add_argument("--batches", type=int, default=20_000)
+    ap.add_argument("--blocks", type=int, default=1_000_000)
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-events-"))
+    proc, url = _redis(work)
+    try:
+        res: dict[str, Any] = {"bench": "events"}
+        res["store_overhead"] = store_overhead(url, a.rounds, a.stores)
+        res["visibility"] = visibility(url, a.visible, a.rate)
+        res["throughput"] = throughput(url, a.batches)
+        res["snapshot"] = snapshot_rebuild(url, a.blocks)
+        res["goals_met"] = {
+            "store_overhead_le_5pct": res["store_overhead"]["overhead_pct"] <= 5.0,
+            "visible_p99_le_50ms": res["visibility"]["p99_ms"] <= 50.0,
+            "consumer_ge_100k_per_core": res["throughput"]["events_per_cpu_s"] >= 100_000,
+            "snapshot_1m_le_5s": res["snapshot"]["rebuild_s"] <= 5.0,
+        }
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(work, ignore_errors=True)
+    out = ROOT / "benchmarks" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "events.json").write_text(json.dumps(res, indent=1) + "\n")
+    _plot(res, out / "events.png")
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""The binary form of an EventBatch on Redis Streams (docs/events.md, "Stream entries").
+
+Hand-rolled with ``struct`` rather than msgpack or JSON: a consumer decodes 100k+ events a second
+per core (benchmarks/fleet/bench_events.py) and the keys, 16 bytes each, go in as one run of
+bytes, not one object each. Every integer is little-endian; strings are u8-length-prefixed UTF-8.
+
+    batch   := version:u8  n_events:u32  event*
+    event   := kind:u8  body
+    stored  := tier:str  flags:u8  [parent:key]  block_size:u32  size:u64  keys  [tokens]
+    removed := tier:str  reason:u8  keys
+    cleared := tier:str  reason:str
+    started := block_size:u32  tiers:strs  shared:strs  stores:strs
+    keys    := n:u32  width:u8  n*width bytes
+    tokens  := n:u32  n*i32
+
+A version or kind this code does not know raises ``EventDecodeError``: the consumer counts the
+entry and resynchronises from the snapshot rather than guess.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from typing import cast
+
+from ..errors import CtxCacheError
+from .model import (
+    REMOVE_REASONS,
+    BlockRemoved,
+    BlockStored,
+    Event,
+    Heartbeat,
+    RemoveReason,
+    TierCleared,
+    WorkerStarted,
+)
+
+VERSION = 1
+K_STORED, K_REMOVED, K_CLEARED, K_STARTED, K_HEARTBEAT = 1, 2, 3, 4, 5
+F_PARENT, F_TOKENS = 1, 2
+_U32, _U64, _HEAD = struct.Struct("<I"), struct.Struct("<Q"), struct.Struct("<BI")
+
+
+class EventDecodeError(CtxCacheError):
+    """An entry that is not a batch this version can read."""
+
+
+def _str(s: str) -> bytes:
+    b = s.encode()
+    if len(b) > 255:
+        raise ValueError(f"event string longer than 255 bytes: {s[:40]!r}...")
+    return bytes((len(b),)) + b
+
+
+def _strs(items: tuple[str, ...]) -> bytes:
+    return bytes((len(items),)) + b"".join(_str(s) for s in items)
+
+
+def _keys(keys: tuple[bytes, ...]) -> bytes:
+    width = len(keys[0]) if keys else 0
+    if any(len(k) != width for k in keys):
+        raise ValueError("the keys of one event must all have one length")
+    return _U32.pack(len(keys)) + bytes((width,)) + b"".join(keys)
+
+
+def encode_events(events: tuple[Event, ...]) -> bytes:
+    out = [_HEAD.pack(VERSION, len(events))]
+    for ev in events:
+        if isinstance(ev, BlockStored):
+            flags = (F_PARENT if ev.parent is not None else 0) | (F_TOKENS if ev.token_ids is not None else 0)
+            out += [bytes((K_STORED,)), _str(ev.tier), bytes((flags,))]
+            if ev.parent is not None:
+                out.append(bytes((len(ev.parent),)) + ev.parent)
+            out += [_U32.pack(ev.block_size), _U64.pack(ev.size), _keys(ev.keys)]
+            if ev.token_ids is not None:
+                out += [_U32.pack(len(ev.token_ids)), array("i", ev.token_ids).tobytes()]
+        elif isinstance(ev, BlockRemoved):
+            out += [bytes((K_REMOVED,)), _str(ev.tier), bytes((REMOVE_REASONS.index(ev.reason),)), _keys(ev.keys)]
+        elif isinstance(ev, TierCleared):
+            out += [bytes((K_CLEARED,)), _str(ev.tier), _str(ev.reason)]
+        elif isinstance(ev, WorkerStarted):
+            out += [bytes((K_STARTED,)), _U32.pack(ev.block_size), _strs(ev.tiers), _strs(ev.shared)]
+            out.append(_strs(ev.stores))
+        elif isinstance(ev, Heartbeat):
+            out.append(bytes((K_HEARTBEAT,)))
+        else:  # pragma: no cover - Event is a closed union
+            raise TypeError(f"not an event: {ev!r}")
+    return b"".join(out)
+
+
+_TAIL = struct.Struct("<IQIB")  # a BlockStored's block_size, size, key count, key width
+
+
+class _Reader:
+    __slots__ = ("buf", "pos", "names")
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf, self.pos = bytes(buf), 0
+        self.names: dict[bytes, str] = {}  # tier names repeat in every event: decoded once
+
+    def take(self, n: int) -> bytes:
+        end = self.pos + n
+        if end > len(self.buf):
+            raise EventDecodeError("truncated event batch")
+        out = self.buf[self.pos : end]
+        self.pos = end
+        return out
+
+    def u8(self) -> int:
+        if self.pos >= len(self.buf):
+            raise EventDecodeError("truncated event batch")
+        self.pos += 1
+        return self.buf[self.pos - 1]
+
+    def u32(self) -> int:
+        return cast(int, _U32.unpack(self.take(4))[0])
+
+    def u64(self) -> int:
+        return cast(int, _U64.unpack(self.take(8))[0])
+
+    def text(self) -> str:
+        raw = self.take(self.u8())
+        name = self.names.get(raw)
+        if name is None:
+            try:
+                name = self.names[raw] = raw.decode()
+            except UnicodeDecodeError:
+                raise EventDecodeError("an event string is not UTF-8") from None
+        return name
+
+    def texts(self) -> tuple[str, ...]:
+        return tuple(self.text() for _ in range(self.u8()))
+
+    def keys(self) -> tuple[bytes, ...]:
+        n, width = self.u32(), self.u8()
+        return self._run(n, width)
+
+    def _run(self, n: int, width: int) -> tuple[bytes, ...]:
+        if n and not width:
+            raise EventDecodeError("keys of width 0")
+        start = self.pos
+        self.take(n * width)
+        buf = self.buf
+        return tuple(buf[i : i + width] for i in range(start, start + n * width, width))
+
+    def stored(self) -> BlockStored:
+        """The hot path (most events): fixed fields in one unpack."""
+        tier, flags = self.text(), self.u8()
+        parent = self.take(self.u8()) if flags & F_PARENT else None
+        try:
+            block_size, size, n, width = _TAIL.unpack_from(self.buf, self.pos)
+        except struct.error:
+            raise EventDecodeError("truncated event batch") from None
+        self.pos += _TAIL.size
+        keys = self._run(n, width)
+        tokens = None
+        if flags & F_TOKENS:
+            tokens = tuple(array("i", self.take(4 * self.u32())))
+        return BlockStored(keys, tier, parent, block_size, size, tokens)
+
+
+def _removed(r: _Reader) -> BlockRemoved:
+    tier, why = r.text(), r.u8()
+    if why >= len(REMOVE_REASONS):
+        raise EventDecodeError(f"unknown remove reason {why}")
+    return BlockRemoved(r.keys(), tier, cast(RemoveReason, REMOVE_REASONS[why]))
+
+
+def decode_events(data: bytes) -> tuple[Event, ...]:
+    r = _Reader(data)
+    version, n = _HEAD.unpack(r.take(_HEAD.size))
+    if version != VERSION:
+        raise EventDecodeError(f"event batch version {version}; this ctxcache reads {VERSION}")
+    out: list[Event] = []
+    for _ in range(n):
+        kind = r.u8()
+        if kind == K_STORED:
+            out.append(r.stored())
+        elif kind == K_REMOVED:
+            out.append(_removed(r))
+        elif kind == K_CLEARED:
+            out.append(TierCleared(r.text(), r.text()))
+        elif kind == K_STARTED:
+            bs = r.u32()
+            out.append(WorkerStarted(r.texts(), r.texts(), bs, r.texts()))
+        elif kind == K_HEARTBEAT:
+            out.append(Heartbeat())
+        else:
+            raise EventDecodeError(f"unknown event kind {kind}")
+    if r.pos != len(r.buf):
+        raise EventDecodeError("trailing bytes after the last event")
+    return tuple(out)

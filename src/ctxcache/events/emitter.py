@@ -1,0 +1,207 @@
+"""The emitter: KV events from one worker, batched, numbered and handed to every sink.
+
+The engine calls it (through ``EngineWatch``, the engine's ``Watcher``) under its lock, where
+placement changes; each call appends one record to a list and returns. A thread of its own,
+``flush_s`` after the first record of a batch, turns the records into events (consecutive blocks of one chain into one
+``BlockStored``, consecutive removals from one tier for one reason into one ``BlockRemoved``),
+numbers the batch (``seq`` from 1 per epoch, without gaps) and hands it to every sink. A worker
+quiet for ``heartbeat_s`` sends a ``Heartbeat`` batch, so consumers can tell quiet from dead.
+
+The sink seam (docs/events.md, "Sinks"): any object with ``publish(batch)`` and ``close()``.
+``publish`` must not block and must not raise for a transport fault: a sink owns its bounded
+buffer and its thread (events/streams.py for Redis Streams, events/zmq.py for vLLM's format).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from .model import BlockRemoved, BlockStored, Event, EventBatch, Heartbeat, RemoveReason, new_epoch
+
+log = logging.getLogger("ctxcache.events")
+
+FLUSH_S = 0.005  # records wait at most this long for their batch: well inside the 50 ms goal
+MAX_RECORDS = 4096  # records that start a batch before the flush interval is up
+IDLE_S = 0.25  # an idle emitter's wake-ups (tier health ticks, heartbeat checks)
+
+
+class Sink(Protocol):
+    def publish(self, batch: EventBatch) -> None: ...
+
+    def close(self) -> None: ...
+
+
+# A record: ("s", tier, key, parent, block_size, size, tokens) | ("r", tier, key, reason) | ("e", event)
+Record = tuple[Any, ...]
+
+
+class _Chain:
+    """Blocks of one tier stored in one run: grows at either end (the store admits a chain
+    deepest first; the mover lands it in chain order)."""
+
+    __slots__ = ("tier", "keys", "parent", "block_size", "size", "tokens")
+
+    def __init__(self, rec: Record) -> None:
+        _, self.tier, key, self.parent, self.block_size, self.size, tokens = rec
+        self.keys: deque[bytes] = deque((key,))
+        self.tokens: deque[tuple[int, ...]] | None = None if tokens is None else deque((tokens,))
+
+    def take(self, rec: Record) -> bool:
+        _, tier, key, parent, block_size, size, tokens = rec
+        if tier != self.tier or block_size != self.block_size or (tokens is None) != (self.tokens is None):
+            return False
+        if parent is not None and parent == self.keys[-1]:
+            self.keys.append(key)
+            if self.tokens is not None:
+                self.tokens.append(tokens)
+        elif self.parent is not None and key == self.parent:
+            self.keys.appendleft(key)
+            self.parent = parent
+            if self.tokens is not None:
+                self.tokens.appendleft(tokens)
+        else:
+            return False
+        self.size += size
+        return True
+
+    def event(self) -> BlockStored:
+        toks = None if self.tokens is None else tuple(t for run in self.tokens for t in run)
+        return BlockStored(tuple(self.keys), self.tier, self.parent, self.block_size, self.size, toks)
+
+
+def coalesce(records: Sequence[Record]) -> list[Event]:
+    """Records in order, as few events as keep that order."""
+    out: list[Event] = []
+    chain: _Chain | None = None
+    gone: tuple[str, str, list[bytes]] | None = None
+
+    def close() -> None:
+        nonlocal chain, gone
+        if chain is not None:
+            out.append(chain.event())
+        if gone is not None:
+            out.append(BlockRemoved(tuple(gone[2]), gone[0], gone[1]))  # type: ignore[arg-type]
+        chain = gone = None
+
+    for rec in records:
+        kind = rec[0]
+        if kind == "s":
+            if chain is None or not chain.take(rec):
+                close()
+                chain = _Chain(rec)
+        elif kind == "r":
+            if gone is None or gone[0] != rec[1] or gone[1] != rec[3]:
+                close()
+                gone = (rec[1], rec[3], [])
+            gone[2].append(rec[2])
+        else:
+            close()
+            out.append(rec[1])
+    close()
+    return out
+
+
+class Emitter:
+    def __init__(
+        self,
+        worker: str,
+        sinks: Sequence[Sink],
+        *,
+        flush_s: float = FLUSH_S,
+        heartbeat_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        epoch: str | None = None,
+    ) -> None:
+        self.worker, self.epoch = worker, epoch or new_epoch()
+        self.sinks = list(sinks)
+        self.flush_s, self.heartbeat_s, self.clock = flush_s, heartbeat_s, clock
+        self.seq = 0
+        self.events = 0  # events handed to the sinks
+        self.sink_errors = 0
+        self.ticks: list[Callable[[], None]] = []  # called by the thread each round (tier health)
+        self._records: list[Record] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._last = time.monotonic()
+        self._thread: threading.Thread | None = None
+
+    # --- called under the engine's lock: append and return ------------------------------------------
+    def stored(
+        self, tier: str, key: bytes, parent: bytes | None, block_size: int, size: int, tokens: tuple[int, ...] | None
+    ) -> None:
+        self._add(("s", tier, key, parent, block_size, size, tokens))
+
+    def removed(self, tier: str, key: bytes, reason: RemoveReason) -> None:
+        self._add(("r", tier, key, reason))
+
+    def emit(self, event: Event) -> None:
+        self._add(("e", event))
+
+    def _add(self, rec: Record) -> None:
+        with self._lock:
+            self._records.append(rec)
+            n = len(self._records)
+        if n == 1 or n == MAX_RECORDS:  # the first record starts a batch's flush_s; a full one flushes now
+            self._wake.set()
+
+    # --- the thread ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="ctxcache-events", daemon=True)
+            self._thread.start()
+
+    def flush(self) -> int:
+        """Hand what was recorded to the sinks as one batch (the thread's; tests call it). Events sent."""
+        with self._lock:
+            records, self._records = self._records, []
+        if not records:
+            return 0
+        events = tuple(coalesce(records))
+        self.seq += 1
+        batch = EventBatch(self.worker, self.epoch, self.seq, events, self.clock())
+        for sink in self.sinks:
+            try:
+                sink.publish(batch)
+            except Exception:  # noqa: BLE001 - one broken sink must not stop the others, nor the worker
+                self.sink_errors += 1
+                log.exception("events: sink %r failed to take a batch", sink)
+        self.events += len(events)
+        self._last = time.monotonic()
+        return len(events)
+
+    def _run(self) -> None:
+        # Idle, the thread wakes only for ticks and heartbeats (IDLE_S); a first record wakes it,
+        # and its batch goes out flush_s later with whatever followed.
+        while not self._stop.is_set():
+            if self._wake.wait(min(IDLE_S, self.heartbeat_s)):
+                self._wake.clear()
+                with self._lock:
+                    full = len(self._records) >= MAX_RECORDS
+                if not full:
+                    self._stop.wait(self.flush_s)
+            for tick in self.ticks:
+                try:
+                    tick()
+                except Exception:  # noqa: BLE001 - a failing probe must not end the events
+                    log.exception("events: tick failed")
+            if not self.flush() and time.monotonic() - self._last >= self.heartbeat_s:
+                self.emit(Heartbeat())
+                self.flush()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        self.flush()
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception:  # noqa: BLE001 - closing the rest matters more
+                log.exception("events: sink %r failed to close", sink)

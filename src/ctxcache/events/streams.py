@@ -1,0 +1,197 @@
+"""Redis Streams transport: a sink that publishes a worker's batches to its own stream.
+
+Layout (docs/events.md, "Stream layout"), ``P`` the prefix (default ``ctxcache:ev:``):
+
+    P{<worker>}:s     the worker's stream: one entry per batch, fields q (seq), e (epoch),
+                      t (publish time), v (events, events/codec.py); XADD MAXLEN ~ ``maxlen``
+    P{<worker>}:snap  the worker's snapshot (events/state.py): its blocks per tier at a seq
+    Pworkers          sorted set: worker -> wall time of its last write (consumers discover here)
+
+The hash tag ``{<worker>}`` puts a worker's stream and snapshot in one Cluster slot and spreads
+the workers over the masters.
+
+``publish`` never blocks on Redis: it applies the batch to the publisher's own view of the
+worker (the snapshot's source, so a snapshot is right even after batches were dropped), then
+queues it, or, with ``buffer`` batches already waiting (Redis down or slow), drops it and counts
+its events. The publisher thread writes the queue in pipelines; after a drop or a connection
+error (a restarted Redis lost the stream and the snapshot) it writes a fresh snapshot, so
+consumers that see the gap rebuild from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from ..errors import ConfigError, MissingDependencyError
+from .codec import encode_events
+from .model import EventBatch
+from .state import WorkerView, encode_snapshot
+
+log = logging.getLogger("ctxcache.events")
+
+PREFIX = "ctxcache:ev:"
+WORKER_ID = re.compile(r"^[A-Za-z0-9._:@/-]{1,128}$")
+PIPELINE = 64  # batches per XADD pipeline
+RETRY_S = 0.5  # between reconnect attempts while Redis is down
+
+
+def check_worker(worker: str) -> str:
+    if not isinstance(worker, str) or not WORKER_ID.match(worker):
+        raise ConfigError(f"events worker id must be 1-128 of [A-Za-z0-9._:@/-], got {worker!r}")
+    return worker
+
+
+def stream_key(prefix: str, worker: str) -> str:
+    return f"{prefix}{{{worker}}}:s"
+
+
+def snapshot_key(prefix: str, worker: str) -> str:
+    return f"{prefix}{{{worker}}}:snap"
+
+
+def registry_key(prefix: str) -> str:
+    return f"{prefix}workers"
+
+
+def connect(url: str, cluster: bool, timeout: float) -> Any:
+    """A redis-py client for the events (not the tier's: its 50 ms timeouts suit requests, not
+    16 MB snapshots). Lazy: no round trip until the first command."""
+    try:
+        import redis
+        from redis.cluster import RedisCluster
+    except ImportError:
+        raise MissingDependencyError(
+            "KV events on Redis Streams need redis-py: pip install 'ctxcache[redis]'"
+        ) from None
+    kw: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    if cluster:
+        return RedisCluster.from_url(url, **kw)
+    return redis.Redis.from_url(url, retry_on_timeout=False, **kw)
+
+
+class StreamsPublisher:
+    def __init__(
+        self,
+        client: Any,
+        worker: str,
+        *,
+        prefix: str = PREFIX,
+        maxlen: int = 10_000,
+        buffer: int = 10_000,
+        snapshot_every_s: float = 10.0,
+    ) -> None:
+        self.client, self.worker, self.prefix = client, check_worker(worker), prefix
+        self.maxlen, self.buffer, self.snapshot_every_s = maxlen, buffer, snapshot_every_s
+        self.stream, self.snap = stream_key(prefix, worker), snapshot_key(prefix, worker)
+        self.view = WorkerView(worker)
+        self.published = self.dropped = self.errors = self.snapshots = 0  # events, events, faults, writes
+        self.queued = 0
+        self.last_id = "0-0"
+        self._q: deque[EventBatch] = deque()
+        self._cond = threading.Condition()
+        self._resync = True  # the first snapshot goes out with the first write
+        self._snap_at = 0.0
+        self._down_since: float | None = None
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name=f"ctxcache-events-{worker}", daemon=True)
+        self._thread.start()
+
+    # --- Sink -------------------------------------------------------------------------------------
+    def publish(self, batch: EventBatch) -> None:
+        with self._cond:
+            if batch.epoch != self.view.epoch:
+                self.view = WorkerView(self.worker, batch.epoch)
+            self.view.apply(batch.events)
+            self.view.seq = batch.seq
+            if len(self._q) >= self.buffer:
+                self.dropped += len(batch.events)
+                self._resync = True
+                return
+            self._q.append(batch)
+            self._cond.notify()
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Write what is queued (for ``timeout`` at most: Redis may be down), then stop."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._q and time.monotonic() < deadline and self._down_since is None:
+                self._cond.wait(0.05)
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "published": self.published, "dropped": self.dropped, "errors": self.errors,
+            "snapshots": self.snapshots, "queued": len(self._q), "down": self._down_since is not None,
+        }  # fmt: skip
+
+    # --- the thread -------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                due = self._snap_due()
+                while not self._q and not self._stop and not due:
+                    self._cond.wait(0.2)
+                    due = self._snap_due()
+                if self._stop and not self._q:
+                    return
+                todo = list(self._q)[:PIPELINE]
+            try:
+                if todo:
+                    self._write(todo)
+                elif due:
+                    self._snapshot()
+                if self._down_since is not None:
+                    log.info("events: Redis answers again after %.1f s", time.monotonic() - self._down_since)
+                    self._down_since = None
+            except Exception as exc:  # noqa: BLE001 - redis-py and socket errors alike
+                self.errors += 1
+                with self._cond:
+                    self._resync = True  # a restarted Redis has lost the stream and the snapshot
+                if self._down_since is None:
+                    self._down_since = time.monotonic()
+                    log.warning("events: Redis unreachable (%s); batches wait in a buffer of %d", exc, self.buffer)
+                with self._cond:
+                    if not self._stop:
+                        self._cond.wait(RETRY_S)
+                    elif self._down_since is not None:
+                        return  # closing with Redis down: what is queued is lost, as a drop would be
+
+    def _snap_due(self) -> bool:
+        if self._q:
+            return False  # after the queue: the snapshot's stream id then covers every queued batch
+        return self._resync or (self.view.seq > 0 and time.monotonic() >= self._snap_at)
+
+    def _write(self, todo: list[EventBatch]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for b in todo:
+            fields = {"q": b.seq, "e": b.epoch, "t": repr(b.ts), "v": encode_events(b.events)}
+            pipe.xadd(self.stream, fields, maxlen=self.maxlen, approximate=True)
+        pipe.zadd(registry_key(self.prefix), {self.worker: time.time()})
+        ids = pipe.execute()
+        with self._cond:
+            for _ in todo:
+                self._q.popleft()
+            self.published += sum(len(b.events) for b in todo)
+            self.last_id = ids[len(todo) - 1].decode()
+            self._cond.notify_all()
+
+    def _snapshot(self) -> None:
+        with self._cond:
+            blob = encode_snapshot(self.view, self.last_id)  # at view.seq: stream entries after last_id are newer
+            self._resync = False
+        try:
+            self.client.set(self.snap, blob)
+            self.client.zadd(registry_key(self.prefix), {self.worker: time.time()})
+        except Exception:
+            with self._cond:
+                self._resync = True
+            raise
+        self.snapshots += 1
+        self._snap_at = time.monotonic() + self.snapshot_every_s

@@ -1,0 +1,94 @@
+"""EngineWatch: the engine's ``Watcher`` (engine/slot.py) that turns placement changes into KV
+events on an Emitter, and watches each tier's health (a tier lost, a tier back).
+
+A write queued to a slow tier is announced when it lands (``landed``, from the mover), not when
+queued: a consumer that reads "stored in redis" may fetch the block at once. Everything else is
+announced as the slot records it (``admitted``, ``left``), under the engine's lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, cast
+
+import numpy as np
+
+from ..engine.placement import LOST
+from ..tiers.base import key_bytes
+from .emitter import Emitter
+from .model import BlockStored, RemoveReason, TierCleared
+
+if TYPE_CHECKING:
+    from ..engine.core import Engine
+
+
+class EngineWatch:
+    def __init__(self, engine: Engine, emitter: Emitter, *, token_ids: bool = False) -> None:
+        self.e, self.em, self.token_ids = engine, emitter, token_ids
+        self.names = [s.name for s in engine.slots]
+        self._healthy = [s.tier.healthy for s in engine.slots]
+        self.lost = self.recovered = 0
+
+    def attach(self) -> None:
+        with self.e.lock:
+            for slot in self.e.slots:
+                slot.watch = self
+        self.em.ticks.append(self.check_health)
+
+    def detach(self) -> None:
+        with self.e.lock:
+            for slot in self.e.slots:
+                slot.watch = None
+
+    # --- Watcher -------------------------------------------------------------------------------------
+    def admitted(self, pos: int, key: Hashable) -> None:
+        if self.e.slots[pos].slow:
+            m = self.e.placement.mover.pending.get(key)
+            if m is not None and m.dst == pos:
+                return  # announced when it lands
+        self._stored(pos, key)
+
+    def landed(self, pos: int, key: Hashable) -> None:
+        self._stored(pos, key)
+
+    def left(self, pos: int, key: Hashable) -> None:
+        reason = cast(RemoveReason, self.e.leaving) if self.e.leaving else self._reason(pos, key)
+        self.em.removed(self.names[pos], key_bytes(key), reason)
+
+    def _stored(self, pos: int, key: Hashable) -> None:
+        node = self.e.index.get(key)
+        parent = node.parent if node is not None and node.depth > 0 else None  # a root names the tenant's namespace
+        got = self.e.slots[pos].owners.get(key)
+        tokens = None
+        if self.token_ids and node is not None:
+            tokens = tuple(int(t) for t in np.frombuffer(node.tokens, "<i4"))
+        pb = key_bytes(parent) if parent is not None else None
+        self.em.stored(self.names[pos], key_bytes(key), pb, self.e.block_size, got[1] if got else 0, tokens)
+
+    def _reason(self, pos: int, key: Hashable) -> RemoveReason:
+        node = self.e.index.get(key)
+        if node is None or node.tier < pos:
+            return "evicted"  # left the cache, or a copy under a faster tier's block went
+        if node.tier == LOST:
+            return "lost"
+        return "demoted" if node.tier > pos else "replaced"
+
+    # --- tier health (the emitter's thread) ------------------------------------------------------------
+    def check_health(self) -> None:
+        """A tier that stopped answering: everything this worker held there is unreachable
+        (TierCleared "lost"). Back: what the slot still charges is announced again."""
+        for pos, slot in enumerate(self.e.slots):
+            now = slot.tier.healthy
+            if now == self._healthy[pos]:
+                continue
+            self._healthy[pos] = now
+            if not now:
+                self.lost += 1
+                self.em.emit(TierCleared(slot.name, "lost"))
+                continue
+            self.recovered += 1
+            with self.e.lock:
+                keys = [key_bytes(k) for k in slot.owners]
+            for i in range(0, len(keys), 4096):
+                run = tuple(keys[i : i + 4096])
+                self.em.emit(BlockStored(run, slot.name, None, self.e.block_size, 0))
