@@ -5,7 +5,6 @@ worker's shared Redis tiers' Bloom filters (docs/events.md, "Config").
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import socket
@@ -21,6 +20,7 @@ from .model import WorkerStarted
 from .state import WorkerView
 from .streams import PREFIX, StreamsPublisher, check_worker, connect
 from .watch import EngineWatch
+from .zmq_config import ZMQ_KEYS, build_zmq_sink, parse_zmq
 
 if TYPE_CHECKING:
     from ..cache import ContextCache
@@ -56,12 +56,13 @@ class EventsConfig:
     def from_dict(cls, d: Mapping[str, Any] | None) -> EventsConfig:
         d = dict(d or {})
         known = {f.name for f in fields(cls)}
-        extra = {k for k in d if k not in known and not k.startswith("zmq_")}  # zmq_*: events/zmq.py's
+        extra = {k for k in d if k not in known and k not in ZMQ_KEYS}
         if extra:
-            raise ConfigError(f"unknown [events] keys {sorted(extra)}; known: {sorted(known)}")
+            raise ConfigError(f"unknown [events] keys {sorted(extra)}; known: {sorted(known | set(ZMQ_KEYS))}")
         cfg = cls(**{k: v for k, v in d.items() if k in known})
-        cfg.extra = {k: v for k, v in d.items() if k.startswith("zmq_")}
+        cfg.extra = {k: v for k, v in d.items() if k in ZMQ_KEYS and k != "zmq"}
         cfg.check()
+        parse_zmq(d)  # the zmq_* keys are checked at startup too, before any socket is bound
         return cfg
 
     extra: dict[str, Any] | None = None
@@ -179,13 +180,11 @@ class EventsRuntime:
 
 
 def _zmq_sink(cfg: EventsConfig) -> Sink:
-    """The ZMQ publisher (events/zmq.py, optional): ``make_sink(cfg) -> Sink``."""
-    try:
-        mod = importlib.import_module("ctxcache.events.zmq")
-    except ImportError as exc:
-        raise ConfigError(f"events.zmq needs the ZMQ publisher (ctxcache.events.zmq): {exc}") from None
-    sink: Sink = mod.make_sink(cfg)
-    return sink
+    """The ZMQ publisher in vLLM's wire format (events/zmq.py, docs/events-vllm.md); pyzmq and
+    msgspec are imported only here, so a worker without ZMQ needs neither."""
+    settings = parse_zmq({**(cfg.extra or {}), "zmq": cfg.zmq, "token_ids": cfg.token_ids})
+    assert settings is not None  # cfg.zmq is set
+    return build_zmq_sink(settings)
 
 
 def default_worker(port: int | None = None) -> str:
