@@ -65,8 +65,8 @@ class Sim:
         if t.kind == "memory":
             return MemoryTier(cap, t.policy, name=t.name)
         if t.kind == "disk":
-            return SimDisk(cap, t.policy, faults=self.faults[pos], path=f"{self.dir}/disk", name=t.name)
-        return SimRedis(cap, t.policy, backend=self.backends[pos], faults=self.faults[pos], name=t.name)
+            return SimDisk(cap, t.policy, faults=self.faults[pos], path=f"{self.dir}/disk", name=t.name, write=t.write)
+        return SimRedis(cap, t.policy, backend=self.backends[pos], faults=self.faults[pos], name=t.name, write=t.write)
 
     def _tenancy(self) -> Tenancy:
         units = {t.name: UNIT[t.kind] for t in self.setup.tiers}

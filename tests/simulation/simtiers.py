@@ -63,6 +63,7 @@ def master(kb: bytes) -> int:
 
 class SimRedis(BlobTier):
     kind = "sim-redis"
+    shared = True  # as RedisTier: other processes read it
 
     def __init__(self, capacity: int, policy: object = "lru", *, backend: dict[bytes, bytes], faults: Faults,
                  **kw: Any) -> None:  # fmt: skip
