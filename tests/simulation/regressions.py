@@ -56,4 +56,23 @@ FIXED: dict[str, tuple[int, list[Action]]] = {
         ("down", 1, True), ("restart",), ("erase", "a"), ("down", 1, False),
         ("step", 1, 361309058, [("store", "a", 6, 2), ("store", "a", 4, 1)]),
     ]),
+    # discovery found an orphan on disk while its demotion to Redis was queued (a tenant's quota
+    # made room there for a write-through copy) and charged it on disk again: counted both as
+    # leaving and as held (Slot.used a block low), then charged once the demotion deleted it
+    "discovered_while_demoted": (3, [
+        ("step", 2, 43063257, [("store", "c", 4, 0)]), ("restart",), ("step", 3, 468193800, [("store", "c", 3, 0)]),
+        ("step", 3, 616351810, [("lookup", "c", 4, False)]),
+    ]),
+    # a store into a slow top tier (Redis) whose write was refused stayed charged there: its
+    # write-through copy into the disk below was pending, taken for a move settling it there
+    "refused_top_write_with_copy": (17, [
+        ("drain",), ("faults", 0, 0.3, 0.3), ("store", "c", 6, 0), ("step", 1, 717790527, []),
+    ]),
+    # a delete refused (a quota's victim, a copy) while an erasure's delete of the block was queued
+    # behind it, which reserved nothing: the block, charged again, was forgotten by the tier when
+    # that delete was sent (Slot.used a block low)
+    "refused_delete_then_erased": (23, [
+        ("faults", 2, 0.3, 1.0), ("lookup", "c", 3, False), ("lookup", "b", 5, False), ("store", "a", 1, 2),
+        ("step", 1, 199581015, [("lookup", "b", 3, True), ("store", "a", 5, 2)]), ("erase", "a"),
+    ]),
 }  # fmt: skip

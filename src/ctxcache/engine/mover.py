@@ -87,6 +87,7 @@ class Mover:
         self.busy = 0  # moves taken off the queue, not yet reported
         self._busy_since: float | None = None  # queued_at of the batch being written
         self._landing: list[tuple[bytes, Move]] = []  # the batch's writes that have not landed
+        self._unreported: list[Move] = []  # the batch's moves whose report has not run, in order
         for pos, tier in enumerate(self.tiers):
             if tier.slow:
                 tier.landing = functools.partial(self._landed, pos)
@@ -158,16 +159,34 @@ class Mover:
         return key in self.pending and any(m.key == key and m.src == pos and m.dst is None for m in self.queue)
 
     def queued(self, key: Hashable, pos: int) -> bool:
-        """Whether a move of ``key`` into or out of tier ``pos`` is queued, not sent yet (on failures
-        only: a scan of the queue). A key may have write-through copies queued for several tiers, so
-        ``pending`` (its latest move) does not tell whether one concerns this tier."""
-        return key in self.pending and any(m.key == key and pos in (m.src, m.dst) for m in self.queue)
+        """Whether a move of ``key`` into or out of tier ``pos`` has not reported yet: queued, or
+        later in the batch being reported (on failures only: a scan of the queue). A key may have
+        write-through copies queued for several tiers, so ``pending`` (its latest move) does not
+        tell whether one concerns this tier."""
+        if key not in self.pending:
+            return False
+        return any(m.key == key and pos in (m.src, m.dst) for m in (*self._unreported, *self.queue))
 
     def _queued_delete(self, m: Move) -> Move | None:
         """A delete of ``m``'s key from its source queued behind it while it was outstanding."""
         if m.key not in self.pending:
             return None
         return next((d for d in self.queue if d.key == m.key and d.src == m.src and d.dst is None), None)
+
+    def hand_on(self, m: Move) -> bool:
+        """``m``'s delete from its source was refused: ``m.kept`` bytes are still stored. A delete
+        of the key from there queued behind it (an erasure's, a TTL's) reserved nothing for them
+        (``submit``: ``m``'s release counted the block); it frees them now: the tier charges them
+        again and that delete's release counts them. Left charged to no one instead, the tier
+        stopped charging them once that delete was sent while the slot, recharging the block,
+        still counted it: ``Slot.used`` a block low for good. True if there was one."""
+        d = self._queued_delete(m)
+        if d is None or m.src is None or not m.kept:
+            return False
+        self.tiers[m.src].adopt(m.key, m.kept)
+        self.slots[m.src].reserve(0, m.kept)
+        d.release += m.kept
+        return True
 
     def leaving(self, key: Hashable, pos: int) -> bool:
         """Whether a move of ``key`` out of tier ``pos`` (a demotion, a delete) has not reported yet."""
@@ -248,7 +267,9 @@ class Mover:
             for m in batch:
                 m.ok = False
         with self.lock:
+            self._unreported = list(batch)
             for m in batch:
+                self._unreported.pop(0)
                 self._finish(m)
             self.busy -= len(batch)
             self._busy_since = None

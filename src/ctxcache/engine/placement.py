@@ -336,9 +336,10 @@ class Placement:
             return
         self.c.write_errors += 1
         dst, node = self.slots[m.dst], self.index.get(m.key)
-        # A move of the key queued behind (an erasure's delete, a store after it) settles it there
-        # (for a write-through copy, one into or out of this tier: its copies to others do not).
-        stays = self.mover.queued(m.key, m.dst) if m.through else m.key in self.mover.pending
+        # A move of the key into or out of this tier queued behind (an erasure's delete, a store
+        # after it) settles it there; a move elsewhere does not (a write-through copy into a
+        # lower tier, queued with a store into a slow top tier: its refused write stayed charged).
+        stays = self.mover.queued(m.key, m.dst)
         if not stays:
             owner = dst.owner(m.key)
             dst.drop(m.key)
@@ -385,6 +386,8 @@ class Placement:
         self.c.delete_errors += 1
         slot = self.slots[m.src]  # not if a newer write of the key here came first; only persistent tiers adopt
         if m.kept and slot.persistent and not slot.holds(m.key):
+            if self.mover.hand_on(m):
+                return False  # a delete of it queued behind (an erasure's) frees it
             slot.tier.adopt(m.key, m.kept)
             slot.admit(m.key, m.kept, m.owner)
             return True
