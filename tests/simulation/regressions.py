@@ -75,4 +75,16 @@ FIXED: dict[str, tuple[int, list[Action]]] = {
         ("faults", 2, 0.3, 1.0), ("lookup", "c", 3, False), ("lookup", "b", 5, False), ("store", "a", 1, 2),
         ("step", 1, 199581015, [("lookup", "b", 3, True), ("store", "a", 5, 2)]), ("erase", "a"),
     ]),
+    # an erased block whose delete disk refused came back after a restart: the engine adopted it
+    # (Placement.erased lives in memory); now a tombstone journal (engine/tombstones.py)
+    "erased_kept_restart": (7, [
+        ("step", 2, 963864093, [("store", "b", 2, 0)]), ("lookup", "a", 0, True), ("store", "b", 3, 0),
+        ("faults", 0, 0.3, 1.0), ("lookup", "c", 0, True), ("erase", "b"), ("restart",),
+        ("step", 2, 393221198, [("lookup", "b", 2, False)]),
+    ]),
+    # an expired block whose delete (the sweep at close) Redis refused was found again after the
+    # restart, its TTL unknown, and served: the tombstone set on Redis now stops it
+    "expired_kept_restart": (61, [
+        ("store", "a", 7, 1), ("faults", 1, 0.0, 1.0), ("tick", 4.0), ("restart",), ("store", "a", 7, 2),
+    ]),
 }  # fmt: skip

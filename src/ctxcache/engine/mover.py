@@ -39,9 +39,9 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DeleteFailedError
 from ..tiers import BlockMeta, Tier
 from ..tiers.base import key_bytes
+from . import tombstones
 from .slot import Slot
 
 BATCH = 32  # moves written in one call (one pipeline round trip for Redis)
@@ -70,6 +70,7 @@ class Move:
     behind: Move | None = None  # a delete's: the unlanded write of the key into src its ``release`` counts
     through: bool = False  # a write-through copy of a block a faster tier keeps (engine/through.py)
     ahead: Move | None = None  # a write's: the delete whose ``behind`` it is
+    erase: bool = False  # an erasure's or a TTL's delete: journaled where refused (engine/tombstones.py)
 
 
 class Mover:
@@ -174,12 +175,9 @@ class Mover:
         return next((d for d in self.queue if d.key == m.key and d.src == m.src and d.dst is None), None)
 
     def hand_on(self, m: Move) -> bool:
-        """``m``'s delete from its source was refused: ``m.kept`` bytes are still stored. A delete
-        of the key from there queued behind it (an erasure's, a TTL's) reserved nothing for them
-        (``submit``: ``m``'s release counted the block); it frees them now: the tier charges them
-        again and that delete's release counts them. Left charged to no one instead, the tier
-        stopped charging them once that delete was sent while the slot, recharging the block,
-        still counted it: ``Slot.used`` a block low for good. True if there was one."""
+        """``m``'s delete was refused (``m.kept`` bytes still stored): a delete of the key from there
+        queued behind it (an erasure's), which reserved nothing (``submit``), frees them now: the
+        tier charges them again and its release counts them. True if there was one."""
         d = self._queued_delete(m)
         if d is None or m.src is None or not m.kept:
             return False
@@ -331,32 +329,7 @@ class Mover:
             gone = [m for m in batch if m.ok]
             if gone:
                 sizes = self._settle_release(self.slots[head.src], gone)
-                self._delete(self.tiers[head.src], gone, sizes)
-
-    @staticmethod
-    def _delete(tier: Tier, gone: list[Move], sizes: list[int]) -> None:
-        """Delete the batch's blocks from ``tier``; a block whose delete raises gets ``kept``.
-
-        A tier that names the deletes that failed (DeleteFailedError: a Redis Cluster with one
-        master down) is taken at its word: only those are kept, the rest landed. When the call
-        raises anything else, each key is tried once more on its own: the call may have stopped at
-        its first failure, and deleting again what it did delete is a no-op."""
-        try:
-            tier.delete_many([m.key for m in gone])
-            return
-        except DeleteFailedError as exc:
-            failed = set(exc.failed)
-            for m, size in zip(gone, sizes):
-                if m.key in failed:
-                    m.kept = size
-            return
-        except Exception:  # noqa: BLE001 - a failing backend must not fail the batch's other deletes
-            pass
-        for m, size in zip(gone, sizes):
-            try:
-                tier.delete(m.key)
-            except Exception:  # noqa: BLE001 - still in storage: placement charges it again
-                m.kept = size
+                tombstones.delete(self.tiers[head.src], gone, sizes)
 
     def _settle_release(self, src: Slot, gone: list[Move]) -> list[int]:
         """Under the lock, before the deletes are sent: settle their outflow and have the tier stop

@@ -208,12 +208,14 @@ class Placement:
             moved += 1
         return moved
 
-    def _drop(self, t: int, key: Hashable) -> None:
-        """Delete ``key`` from tier ``t``; call it while the slot still charges the key's owner."""
+    def _drop(self, t: int, key: Hashable, erase: bool = False) -> None:
+        """Delete ``key`` from tier ``t``; call it while the slot still charges the key's owner.
+        ``erase``: an erasure's or a TTL's (journaled if refused: engine/tombstones.py)."""
         tier = self.tiers[t]
         if tier.slow:
             owner = self.slots[t].owner(key)
-            self.mover.submit(Move(key, t, None, NO_META, release=tier.nbytes(key), delete_src=True, owner=owner))
+            move = Move(key, t, None, NO_META, release=tier.nbytes(key), delete_src=True, owner=owner, erase=erase)
+            self.mover.submit(move)
         else:
             tier.delete(key)
 
