@@ -87,4 +87,11 @@ FIXED: dict[str, tuple[int, list[Action]]] = {
     "expired_kept_restart": (61, [
         ("store", "a", 7, 1), ("faults", 1, 0.0, 1.0), ("tick", 4.0), ("restart",), ("store", "a", 7, 2),
     ]),
+    # a store into a slow top tier (Redis) whose write was refused, its write-through copy into the
+    # disk below still queued: marked lost and pruned (its TTL forgotten with it); the copy landed,
+    # and discovery served it after its TTL. Now it is indexed at the copy (served from the queue)
+    "refused_top_write_copy_queued": (81, [
+        ("store", "c", 0, 2), ("faults", 0, 1.0, 0.3), ("tick", 4.0), ("erase", "a"), ("sweep",),
+        ("step", 2, 11145267, [("lookup", "c", 0, False)]),
+    ]),
 }  # fmt: skip

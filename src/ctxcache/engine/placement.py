@@ -357,9 +357,11 @@ class Placement:
             if node is not None and node.tier == m.dst and not stays:
                 node.tier = m.src if m.src is not None else LOST
         elif node is not None and node.tier == m.dst and not stays:
-            # A promotion (no src) keeps its slow source's copy: served from there again, not lost.
+            # A promotion (no src) keeps its slow source's copy: served from there again, not lost;
+            # so does a store whose write-through copy below is still queued (served from the queue).
             below = [t for t in range(m.dst + 1, len(self.slots)) if self.slots[t].holds(m.key)]
-            node.tier = below[0] if below and m.key in self.tiers[below[0]] else LOST
+            kept = below and (m.key in self.tiers[below[0]] or self.mover.queued(m.key, below[0]))
+            node.tier = below[0] if kept else LOST
             if node.tier == LOST:
                 self.c.lost += 1
                 self.prune(m.key)
