@@ -353,7 +353,7 @@ class Placement:
         src = self.slots[m.src] if m.src is not None else None
         if src is not None and src.slow and m.key in src.tier:  # still where it was: it stays there
             if not self.mover.deleting(m.key, src.pos):  # until a delete queued from there (an erasure's)
-                src.admit(m.key, tenant=node.tag if node is not None and isinstance(node.tag, str) else None)
+                src.admit(m.key, tenant=node.tag if node is not None and isinstance(node.tag, str) else m.owner)
             if node is not None and node.tier == m.dst and not stays:
                 node.tier = m.src if m.src is not None else LOST
         elif node is not None and node.tier == m.dst and not stays:
