@@ -100,4 +100,10 @@ FIXED: dict[str, tuple[int, list[Action]]] = {
         ("step", 2, 393369034, [("store", "b", 8, 2)]), ("store", "b", 7, 2), ("faults", 1, 1.0, 0.0), ("restart",),
         ("store", "c", 2, 2), ("step", 3, 51166105, []), ("erase", "b"), ("lookup", "b", 8, False),
     ]),
+    # a tenant erased while a request held its blocks (marked expired, erased once released); the
+    # process closed with the match still held: the blocks stayed on disk and the next run served them
+    "erased_pinned_at_close": (96, [
+        ("store", "b", 2, 0), ("lookup", "b", 3, True), ("erase", "b"), ("restart",),
+        ("step", 1, 741026878, [("store", "b", 4, 2)]),
+    ]),
 }  # fmt: skip

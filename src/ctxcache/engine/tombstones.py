@@ -5,7 +5,8 @@ In memory, ``Placement.erased`` keeps such a block from being discovered again u
 lands; it dies with the process. So each persistent tier keeps a small journal of those keys
 (``BlobTier.bury``: disk a file in its directory, Redis a set beside the blocks): written by the
 mover when an erasure's or a TTL's delete is refused there (``Move.erase``), and at ``close``
-for every erased key the tier still holds (a journal write refused earlier gets another chance);
+for every erased key the tier still holds (a journal write refused earlier gets another chance)
+and every block erased or expired while pinned (a held match the sweep had to wait for);
 a tombstone goes when a delete of its key lands there. At start (``restore``) a tier's tombstoned
 blocks are not adopted: they are marked erased (never discovered) and their deletes queued again.
 
@@ -86,9 +87,13 @@ def settle(tier: Tier, gone: Sequence[Move]) -> None:
 
 
 def persist(e: Engine) -> None:
-    """At close, the mover stopped: every erased key a persistent tier still holds is journaled."""
+    """At close, the mover stopped: every erased key a persistent tier still holds is journaled, and
+    every block erased or expired while a request held it (its deadline passed, the sweep could not
+    take it: still pinned at close, it would be adopted by the next run and served)."""
+    now = e.clock()
+    due = [k for k, d in e.expiry.deadline.items() if d <= now]
     for t in e.placement.persistent:
         tier = e.tiers[t]
-        keys = [k for k in e.placement.erased if k in tier]
+        keys = [k for k in (*e.placement.erased, *due) if k in tier]
         if keys:
             tier.bury(keys)
