@@ -106,4 +106,12 @@ FIXED: dict[str, tuple[int, list[Action]]] = {
         ("store", "b", 2, 0), ("lookup", "b", 3, True), ("erase", "b"), ("restart",),
         ("step", 1, 741026878, [("store", "b", 4, 2)]),
     ]),
+    # a delete refused (a kept block's retry) while a rewrite of the block was queued, which reserved
+    # no old bytes: the tier had forgotten the stored file; the rewrite refused too, nothing charged
+    # it (an orphan). Now the rewrite replaces the kept bytes (Mover.hand_on)
+    "refused_delete_then_rewrite": (50, [
+        ("step", 2, 1009710209, [("store", "c", 3, 2)]), ("store", "a", 2, 0),
+        ("step", 3, 763413043, [("store", "b", 0, 2)]), ("store", "c", 0, 1), ("faults", 0, 1.0, 1.0),
+        ("erase", "b"), ("store", "c", 3, 0), ("drain",),
+    ]),
 }  # fmt: skip

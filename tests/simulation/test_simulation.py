@@ -20,14 +20,12 @@ _JOURNAL = "open: an erased/expired block served after a restart: the tier refus
 _UNVERIFIED = "open: a tenant erased while a tier was down: its blocks there come back after a restart"
 _ERASED = "open: an erased block served again after a restart (not analysed)"
 _CHARGED = "open: a tier charges a block its storage no longer holds"
-_ORPHAN = "open: a block left in storage that nothing charges"
 OPEN: dict[int, str] = {
-    **dict.fromkeys((4, 8, 9, 15, 39, 40, 83), _USED),
+    **dict.fromkeys((4, 8, 9, 15, 35, 39, 40, 75, 83), _USED),
     **dict.fromkeys((7, 21, 42, 45, 55, 56, 94), _JOURNAL),
     **dict.fromkeys((18, 64), _UNVERIFIED),
     **dict.fromkeys((51,), _ERASED),
     **dict.fromkeys((3, 46, 59, 71), _CHARGED),
-    **dict.fromkeys((27, 35, 50, 63, 75, 96, 98, 99), _ORPHAN),
 }
 
 

@@ -175,15 +175,24 @@ class Mover:
         return next((d for d in self.queue if d.key == m.key and d.src == m.src and d.dst is None), None)
 
     def hand_on(self, m: Move) -> bool:
-        """``m``'s delete was refused (``m.kept`` bytes still stored): a delete of the key from there
-        queued behind it (an erasure's), which reserved nothing (``submit``), frees them now: the
-        tier charges them again and its release counts them. True if there was one."""
-        d = self._queued_delete(m)
-        if d is None or m.src is None or not m.kept:
+        """``m``'s delete was refused (``m.kept`` bytes still stored): the first move of the key into
+        or out of that tier queued behind it, which reserved nothing for them (``submit``, ``_held``:
+        ``m`` counted them), takes them: the tier charges them again and a delete's release counts
+        them, or a rewrite replaces them (``replaces``; should it fail, the old blob stays charged
+        and serves: ``Placement._moved``). Else the tier forgot a stored block: a delete sent then
+        left ``Slot.used`` a block low, a failed rewrite an orphan. True if one took them."""
+        src = m.src
+        if src is None or not m.kept or m.key in self.tiers[src] or m.key not in self.pending:
             return False
-        self.tiers[m.src].adopt(m.key, m.kept)
-        self.slots[m.src].reserve(0, m.kept)
-        d.release += m.kept
+        nxt = next((q for q in self.queue if q.key == m.key and src in (q.src, q.dst)), None)
+        if nxt is None or (nxt.dst == src and nxt.replaces) or (nxt.src == src and nxt.dst is not None):
+            return False
+        self.tiers[src].adopt(m.key, m.kept)
+        self.slots[src].reserve(0, m.kept)
+        if nxt.dst == src:
+            nxt.replaces = m.kept
+        else:
+            nxt.release += m.kept
         return True
 
     def leaving(self, key: Hashable, pos: int) -> bool:

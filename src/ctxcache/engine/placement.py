@@ -395,4 +395,6 @@ class Placement:
             slot.tier.adopt(m.key, m.kept)
             slot.admit(m.key, m.kept, m.owner)
             return True
+        if m.kept and slot.persistent:
+            self.mover.hand_on(m)  # a newer write of it here is queued: it replaces the kept blob
         return False
