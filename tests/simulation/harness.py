@@ -44,13 +44,14 @@ class Sim:
         self.model = Model(setup)
         self.dir = tempfile.mkdtemp(prefix="ctxcache-sim-")
         self.backends: dict[int, dict[bytes, bytes]] = {}
+        self.dead: dict[int, set[bytes]] = {}  # SimRedis tombstone sets, kept across restarts
         self.faults: dict[int, Faults] = {}
         for pos, t in enumerate(setup.tiers):
             if t.kind != "memory":
                 f = self.faults[pos] = Faults()
                 f.point, f.kept = self._point, self.model.kept
                 f.on_refused_write = lambda kb, pos=pos: self._refused_write(pos, kb)
-                self.backends[pos] = {}
+                self.backends[pos], self.dead[pos] = {}, set()
         self.held: list[Any] = []
         self.nested: list[Action] = []
         self.point_rng = random.Random(0)
@@ -65,8 +66,9 @@ class Sim:
         if t.kind == "memory":
             return MemoryTier(cap, t.policy, name=t.name)
         if t.kind == "disk":
-            return SimDisk(cap, t.policy, faults=self.faults[pos], path=f"{self.dir}/disk", name=t.name)
-        return SimRedis(cap, t.policy, backend=self.backends[pos], faults=self.faults[pos], name=t.name)
+            return SimDisk(cap, t.policy, faults=self.faults[pos], path=f"{self.dir}/disk", name=t.name, write=t.write)
+        backend, dead = self.backends[pos], self.dead[pos]
+        return SimRedis(cap, t.policy, backend=backend, faults=self.faults[pos], dead=dead, name=t.name, write=t.write)
 
     def _tenancy(self) -> Tenancy:
         units = {t.name: UNIT[t.kind] for t in self.setup.tiers}

@@ -39,6 +39,7 @@ class TierSpec:
     name: str
     blocks: int  # capacity in blocks of the largest payload
     policy: str
+    write: str | None = None  # slow tiers: "through" | "demote" (drawn in ``plan``); None: memory
 
 
 @dataclass
@@ -131,7 +132,17 @@ def make_actions(rng: random.Random, setup: Setup, n: int) -> list[Action]:
     return out
 
 
+def draw_writes(seed: int, setup: Setup) -> None:
+    """Each slow tier's write policy, from an RNG of its own: the rest of a seed's setup and its
+    actions stay what they were before the policy was drawn (a seed's findings keep their meaning)."""
+    rng = random.Random(f"{seed}/write")
+    for t in setup.tiers:
+        if t.kind != "memory":
+            t.write = rng.choice(("through", "demote"))
+
+
 def plan(seed: int, n: int) -> tuple[Setup, list[Action]]:
     rng = random.Random(seed)
     setup = make_setup(rng)
+    draw_writes(seed, setup)
     return setup, make_actions(rng, setup, n)

@@ -56,4 +56,62 @@ FIXED: dict[str, tuple[int, list[Action]]] = {
         ("down", 1, True), ("restart",), ("erase", "a"), ("down", 1, False),
         ("step", 1, 361309058, [("store", "a", 6, 2), ("store", "a", 4, 1)]),
     ]),
+    # discovery found an orphan on disk while its demotion to Redis was queued (a tenant's quota
+    # made room there for a write-through copy) and charged it on disk again: counted both as
+    # leaving and as held (Slot.used a block low), then charged once the demotion deleted it
+    "discovered_while_demoted": (3, [
+        ("step", 2, 43063257, [("store", "c", 4, 0)]), ("restart",), ("step", 3, 468193800, [("store", "c", 3, 0)]),
+        ("step", 3, 616351810, [("lookup", "c", 4, False)]),
+    ]),
+    # a store into a slow top tier (Redis) whose write was refused stayed charged there: its
+    # write-through copy into the disk below was pending, taken for a move settling it there
+    "refused_top_write_with_copy": (17, [
+        ("drain",), ("faults", 0, 0.3, 0.3), ("store", "c", 6, 0), ("step", 1, 717790527, []),
+    ]),
+    # a delete refused (a quota's victim, a copy) while an erasure's delete of the block was queued
+    # behind it, which reserved nothing: the block, charged again, was forgotten by the tier when
+    # that delete was sent (Slot.used a block low)
+    "refused_delete_then_erased": (23, [
+        ("faults", 2, 0.3, 1.0), ("lookup", "c", 3, False), ("lookup", "b", 5, False), ("store", "a", 1, 2),
+        ("step", 1, 199581015, [("lookup", "b", 3, True), ("store", "a", 5, 2)]), ("erase", "a"),
+    ]),
+    # an erased block whose delete disk refused came back after a restart: the engine adopted it
+    # (Placement.erased lives in memory); now a tombstone journal (engine/tombstones.py)
+    "erased_kept_restart": (7, [
+        ("step", 2, 963864093, [("store", "b", 2, 0)]), ("lookup", "a", 0, True), ("store", "b", 3, 0),
+        ("faults", 0, 0.3, 1.0), ("lookup", "c", 0, True), ("erase", "b"), ("restart",),
+        ("step", 2, 393221198, [("lookup", "b", 2, False)]),
+    ]),
+    # an expired block whose delete (the sweep at close) Redis refused was found again after the
+    # restart, its TTL unknown, and served: the tombstone set on Redis now stops it
+    "expired_kept_restart": (61, [
+        ("store", "a", 7, 1), ("faults", 1, 0.0, 1.0), ("tick", 4.0), ("restart",), ("store", "a", 7, 2),
+    ]),
+    # a store into a slow top tier (Redis) whose write was refused, its write-through copy into the
+    # disk below still queued: marked lost and pruned (its TTL forgotten with it); the copy landed,
+    # and discovery served it after its TTL. Now it is indexed at the copy (served from the queue)
+    "refused_top_write_copy_queued": (81, [
+        ("store", "c", 0, 2), ("faults", 0, 1.0, 0.3), ("tick", 4.0), ("erase", "a"), ("sweep",),
+        ("step", 2, 11145267, [("lookup", "c", 0, False)]),
+    ]),
+    # an orphan found at start (its owner read from its header) whose demotion's write was refused
+    # was charged again in its source to no one: erasing its tenant missed it, discovery served it
+    "failed_demotion_owner": (93, [
+        ("step", 2, 393369034, [("store", "b", 8, 2)]), ("store", "b", 7, 2), ("faults", 1, 1.0, 0.0), ("restart",),
+        ("store", "c", 2, 2), ("step", 3, 51166105, []), ("erase", "b"), ("lookup", "b", 8, False),
+    ]),
+    # a tenant erased while a request held its blocks (marked expired, erased once released); the
+    # process closed with the match still held: the blocks stayed on disk and the next run served them
+    "erased_pinned_at_close": (96, [
+        ("store", "b", 2, 0), ("lookup", "b", 3, True), ("erase", "b"), ("restart",),
+        ("step", 1, 741026878, [("store", "b", 4, 2)]),
+    ]),
+    # a delete refused (a kept block's retry) while a rewrite of the block was queued, which reserved
+    # no old bytes: the tier had forgotten the stored file; the rewrite refused too, nothing charged
+    # it (an orphan). Now the rewrite replaces the kept bytes (Mover.hand_on)
+    "refused_delete_then_rewrite": (50, [
+        ("step", 2, 1009710209, [("store", "c", 3, 2)]), ("store", "a", 2, 0),
+        ("step", 3, 763413043, [("store", "b", 0, 2)]), ("store", "c", 0, 1), ("faults", 0, 1.0, 1.0),
+        ("erase", "b"), ("store", "c", 3, 0), ("drain",),
+    ]),
 }  # fmt: skip

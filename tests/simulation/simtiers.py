@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from ctxcache.codec import Block, read_header
-from ctxcache.errors import CorruptBlockError, DeleteFailedError
+from ctxcache.errors import CorruptBlockError, DeleteFailedError, TierUnavailableError
 from ctxcache.tiers.base import key_bytes
 from ctxcache.tiers.blob import BlobTier
 from ctxcache.tiers.disk import DiskTier
@@ -50,6 +50,11 @@ class Faults:
             return True
         return False
 
+    def refuse_journal(self) -> bool:
+        """A tombstone journal write (engine/tombstones.py): refused as a block write would be, but
+        kept nothing and lost nothing."""
+        return self.down or bool(self.p_write and self.rng.random() < self.p_write)
+
     def refuse_delete(self, kb: bytes, forced: bool = False) -> bool:
         if forced or (self.p_delete and self.rng.random() < self.p_delete):
             self.kept.add(kb)
@@ -63,12 +68,25 @@ def master(kb: bytes) -> int:
 
 class SimRedis(BlobTier):
     kind = "sim-redis"
+    shared = True  # as RedisTier: other processes read it
 
     def __init__(self, capacity: int, policy: object = "lru", *, backend: dict[bytes, bytes], faults: Faults,
-                 **kw: Any) -> None:  # fmt: skip
+                 dead: set[bytes], **kw: Any) -> None:  # fmt: skip
         super().__init__(capacity, policy, **kw)
         self.backend = backend
         self.faults = faults
+        self.dead_store = dead  # the tombstone set (a Redis set on master 0), kept across restarts
+
+    def _load_dead(self) -> set[bytes]:
+        if self.faults.down or 0 in self.faults.masters_down:
+            raise TierUnavailableError("sim-redis: unreachable")
+        return set(self.dead_store)
+
+    def _save_dead(self, dead: set[bytes]) -> None:
+        if self.faults.refuse_journal() or 0 in self.faults.masters_down:
+            raise TierUnavailableError("sim-redis: tombstones not written")
+        self.dead_store.clear()
+        self.dead_store.update(dead)
 
     def reachable(self, kb: bytes) -> bool:
         return not self.faults.down and master(kb) not in self.faults.masters_down
@@ -179,6 +197,16 @@ class SimDisk(DiskTier):
     @property
     def healthy(self) -> bool:
         return not self.faults.down
+
+    def _load_dead(self) -> list[bytes]:
+        if self.faults.down:
+            raise OSError(5, "Input/output error")
+        return super()._load_dead()
+
+    def _save_dead(self, dead: set[bytes]) -> None:
+        if self.faults.refuse_journal():
+            raise OSError(28, "No space left on device")
+        super()._save_dead(dead)
 
     def _read(self, kb: bytes) -> bytes | None:
         if self.faults.down:

@@ -22,6 +22,7 @@ from ..usage import Usage
 from . import erasure as _erasure
 from . import lookup as _lookup
 from . import store as _store
+from . import tombstones as _tombstones
 from .bandwidth import TokenBucket
 from .expiry import Expiry
 from .factory import make_slots
@@ -86,12 +87,15 @@ class Engine:
         self._background = background
         if tenancy is not None:
             self._set_tenancy(tenancy)
-        for slot in self.slots:
+        dead = {t: _tombstones.dead_keys(s.tier) for t, s in enumerate(self.slots) if s.persistent}
+        for t, slot in enumerate(self.slots):
             slot.policy.attach(self.index)
             if slot.persistent:  # blocks left by an earlier run: evictable orphans, oldest first,
                 for key in list(slot.tier.keys()):  # charged to the tenant their header names
-                    slot.admit(key, tenant=slot.tier.tenant_of(key).decode(errors="replace") or ORPHAN)
+                    if key not in dead[t]:  # erased, its delete refused: deleted again (restore)
+                        slot.admit(key, tenant=slot.tier.tenant_of(key).decode(errors="replace") or ORPHAN)
         with self.lock:  # every tier's finds charged first: trimming one may write down to the next
+            _tombstones.restore(self, dead)
             for t in self.placement.persistent:
                 self.placement.trim(t)  # within the quotas and capacities configured now
 
@@ -252,6 +256,7 @@ class Engine:
         self.sweep()  # expired blocks leave storage now: a restart would find them with no TTL known
         self.spill()
         self.placement.mover.stop()
+        _tombstones.persist(self)
         with self.lock:
             for tier in self.tiers:
                 tier.close()

@@ -90,9 +90,11 @@ def attach(
         key = block.key
         if expired(key) or key in pl.erased or block.tenant in pl.unverified:
             return  # expired, erased (a refused delete kept it), or of a tenant erased unverified
-        m = pl.mover.pending.get(key)
-        if m is not None and m.dst is None and m.src == t:
-            return  # being deleted from that tier
+        if pl.mover.leaving(key, t):
+            # Being deleted from that tier, or moved out of it (a slow-to-slow demotion of an
+            # orphan): charged there again, it was counted both ways (the move's release and
+            # the charge) and, once the move deleted it, charged with nothing stored.
+            return
         node = pl.index.get(key)
         if node is not None and node.tokens != block.tokens:
             return

@@ -36,12 +36,12 @@ def _erase_key(e: Engine, key: Hashable) -> bool:
     pl = e.placement
     for t, slot in enumerate(e.slots):
         if slot.holds(key) or key in slot.owners:
-            pl._drop(t, key)  # first: it reads the owner, charged again if the delete fails
+            pl._drop(t, key, erase=True)  # first: it reads the owner, charged again if the delete fails
             slot.drop(key)
         elif not slot.slow and key in slot.tier:
             slot.tier.delete(key)
         elif slot.slow and pl.mover.leaving(key, t):  # a demotion out of it is queued: should its
-            pl._drop(t, key)  # write be refused, the block stays there (an orphan) without this delete
+            pl._drop(t, key, erase=True)  # write be refused, the block stays there (an orphan) without this delete
     if node is not None:
         e.index.remove(key)
         pl.prune(node.parent)
@@ -101,7 +101,7 @@ def _drop_stored(e: Engine, tenant: str | None, found: dict[int, list[bytes]]) -
         for key in keys:
             if key in skip:
                 continue
-            e.placement._drop(t, key)
+            e.placement._drop(t, key, erase=True)
             e.placement.erased.add(key)
             if slot.holds(key) or key in slot.owners:
                 slot.drop(key)

@@ -39,9 +39,9 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DeleteFailedError
 from ..tiers import BlockMeta, Tier
 from ..tiers.base import key_bytes
+from . import tombstones
 from .slot import Slot
 
 BATCH = 32  # moves written in one call (one pipeline round trip for Redis)
@@ -70,6 +70,7 @@ class Move:
     behind: Move | None = None  # a delete's: the unlanded write of the key into src its ``release`` counts
     through: bool = False  # a write-through copy of a block a faster tier keeps (engine/through.py)
     ahead: Move | None = None  # a write's: the delete whose ``behind`` it is
+    erase: bool = False  # an erasure's or a TTL's delete: journaled where refused (engine/tombstones.py)
 
 
 class Mover:
@@ -87,6 +88,7 @@ class Mover:
         self.busy = 0  # moves taken off the queue, not yet reported
         self._busy_since: float | None = None  # queued_at of the batch being written
         self._landing: list[tuple[bytes, Move]] = []  # the batch's writes that have not landed
+        self._unreported: list[Move] = []  # the batch's moves whose report has not run, in order
         for pos, tier in enumerate(self.tiers):
             if tier.slow:
                 tier.landing = functools.partial(self._landed, pos)
@@ -158,16 +160,40 @@ class Mover:
         return key in self.pending and any(m.key == key and m.src == pos and m.dst is None for m in self.queue)
 
     def queued(self, key: Hashable, pos: int) -> bool:
-        """Whether a move of ``key`` into or out of tier ``pos`` is queued, not sent yet (on failures
-        only: a scan of the queue). A key may have write-through copies queued for several tiers, so
-        ``pending`` (its latest move) does not tell whether one concerns this tier."""
-        return key in self.pending and any(m.key == key and pos in (m.src, m.dst) for m in self.queue)
+        """Whether a move of ``key`` into or out of tier ``pos`` has not reported yet: queued, or
+        later in the batch being reported (on failures only: a scan of the queue). A key may have
+        write-through copies queued for several tiers, so ``pending`` (its latest move) does not
+        tell whether one concerns this tier."""
+        if key not in self.pending:
+            return False
+        return any(m.key == key and pos in (m.src, m.dst) for m in (*self._unreported, *self.queue))
 
     def _queued_delete(self, m: Move) -> Move | None:
         """A delete of ``m``'s key from its source queued behind it while it was outstanding."""
         if m.key not in self.pending:
             return None
         return next((d for d in self.queue if d.key == m.key and d.src == m.src and d.dst is None), None)
+
+    def hand_on(self, m: Move) -> bool:
+        """``m``'s delete was refused (``m.kept`` bytes still stored): the first move of the key into
+        or out of that tier queued behind it, which reserved nothing for them (``submit``, ``_held``:
+        ``m`` counted them), takes them: the tier charges them again and a delete's release counts
+        them, or a rewrite replaces them (``replaces``; should it fail, the old blob stays charged
+        and serves: ``Placement._moved``). Else the tier forgot a stored block: a delete sent then
+        left ``Slot.used`` a block low, a failed rewrite an orphan. True if one took them."""
+        src = m.src
+        if src is None or not m.kept or m.key in self.tiers[src] or m.key not in self.pending:
+            return False
+        nxt = next((q for q in self.queue if q.key == m.key and src in (q.src, q.dst)), None)
+        if nxt is None or (nxt.dst == src and nxt.replaces) or (nxt.src == src and nxt.dst is not None):
+            return False
+        self.tiers[src].adopt(m.key, m.kept)
+        self.slots[src].reserve(0, m.kept)
+        if nxt.dst == src:
+            nxt.replaces = m.kept
+        else:
+            nxt.release += m.kept
+        return True
 
     def leaving(self, key: Hashable, pos: int) -> bool:
         """Whether a move of ``key`` out of tier ``pos`` (a demotion, a delete) has not reported yet."""
@@ -248,7 +274,9 @@ class Mover:
             for m in batch:
                 m.ok = False
         with self.lock:
+            self._unreported = list(batch)
             for m in batch:
+                self._unreported.pop(0)
                 self._finish(m)
             self.busy -= len(batch)
             self._busy_since = None
@@ -314,32 +342,7 @@ class Mover:
             gone = [m for m in batch if m.ok]
             if gone:
                 sizes = self._settle_release(self.slots[head.src], gone)
-                self._delete(self.tiers[head.src], gone, sizes)
-
-    @staticmethod
-    def _delete(tier: Tier, gone: list[Move], sizes: list[int]) -> None:
-        """Delete the batch's blocks from ``tier``; a block whose delete raises gets ``kept``.
-
-        A tier that names the deletes that failed (DeleteFailedError: a Redis Cluster with one
-        master down) is taken at its word: only those are kept, the rest landed. When the call
-        raises anything else, each key is tried once more on its own: the call may have stopped at
-        its first failure, and deleting again what it did delete is a no-op."""
-        try:
-            tier.delete_many([m.key for m in gone])
-            return
-        except DeleteFailedError as exc:
-            failed = set(exc.failed)
-            for m, size in zip(gone, sizes):
-                if m.key in failed:
-                    m.kept = size
-            return
-        except Exception:  # noqa: BLE001 - a failing backend must not fail the batch's other deletes
-            pass
-        for m, size in zip(gone, sizes):
-            try:
-                tier.delete(m.key)
-            except Exception:  # noqa: BLE001 - still in storage: placement charges it again
-                m.kept = size
+                tombstones.delete(self.tiers[head.src], gone, sizes)
 
     def _settle_release(self, src: Slot, gone: list[Move]) -> list[int]:
         """Under the lock, before the deletes are sent: settle their outflow and have the tier stop

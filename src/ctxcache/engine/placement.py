@@ -208,12 +208,14 @@ class Placement:
             moved += 1
         return moved
 
-    def _drop(self, t: int, key: Hashable) -> None:
-        """Delete ``key`` from tier ``t``; call it while the slot still charges the key's owner."""
+    def _drop(self, t: int, key: Hashable, erase: bool = False) -> None:
+        """Delete ``key`` from tier ``t``; call it while the slot still charges the key's owner.
+        ``erase``: an erasure's or a TTL's (journaled if refused: engine/tombstones.py)."""
         tier = self.tiers[t]
         if tier.slow:
             owner = self.slots[t].owner(key)
-            self.mover.submit(Move(key, t, None, NO_META, release=tier.nbytes(key), delete_src=True, owner=owner))
+            move = Move(key, t, None, NO_META, release=tier.nbytes(key), delete_src=True, owner=owner, erase=erase)
+            self.mover.submit(move)
         else:
             tier.delete(key)
 
@@ -336,9 +338,10 @@ class Placement:
             return
         self.c.write_errors += 1
         dst, node = self.slots[m.dst], self.index.get(m.key)
-        # A move of the key queued behind (an erasure's delete, a store after it) settles it there
-        # (for a write-through copy, one into or out of this tier: its copies to others do not).
-        stays = self.mover.queued(m.key, m.dst) if m.through else m.key in self.mover.pending
+        # A move of the key into or out of this tier queued behind (an erasure's delete, a store
+        # after it) settles it there; a move elsewhere does not (a write-through copy into a
+        # lower tier, queued with a store into a slow top tier: its refused write stayed charged).
+        stays = self.mover.queued(m.key, m.dst)
         if not stays:
             owner = dst.owner(m.key)
             dst.drop(m.key)
@@ -350,13 +353,15 @@ class Placement:
         src = self.slots[m.src] if m.src is not None else None
         if src is not None and src.slow and m.key in src.tier:  # still where it was: it stays there
             if not self.mover.deleting(m.key, src.pos):  # until a delete queued from there (an erasure's)
-                src.admit(m.key, tenant=node.tag if node is not None and isinstance(node.tag, str) else None)
+                src.admit(m.key, tenant=node.tag if node is not None and isinstance(node.tag, str) else m.owner)
             if node is not None and node.tier == m.dst and not stays:
                 node.tier = m.src if m.src is not None else LOST
         elif node is not None and node.tier == m.dst and not stays:
-            # A promotion (no src) keeps its slow source's copy: served from there again, not lost.
+            # A promotion (no src) keeps its slow source's copy: served from there again, not lost;
+            # so does a store whose write-through copy below is still queued (served from the queue).
             below = [t for t in range(m.dst + 1, len(self.slots)) if self.slots[t].holds(m.key)]
-            node.tier = below[0] if below and m.key in self.tiers[below[0]] else LOST
+            kept = below and (m.key in self.tiers[below[0]] or self.mover.queued(m.key, below[0]))
+            node.tier = below[0] if kept else LOST
             if node.tier == LOST:
                 self.c.lost += 1
                 self.prune(m.key)
@@ -385,7 +390,11 @@ class Placement:
         self.c.delete_errors += 1
         slot = self.slots[m.src]  # not if a newer write of the key here came first; only persistent tiers adopt
         if m.kept and slot.persistent and not slot.holds(m.key):
+            if self.mover.hand_on(m):
+                return False  # a delete of it queued behind (an erasure's) frees it
             slot.tier.adopt(m.key, m.kept)
             slot.admit(m.key, m.kept, m.owner)
             return True
+        if m.kept and slot.persistent:
+            self.mover.hand_on(m)  # a newer write of it here is queued: it replaces the kept blob
         return False

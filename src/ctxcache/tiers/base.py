@@ -209,6 +209,17 @@ class Tier(ABC):
         """Start charging for a block found in shared storage (``persistent`` tiers only)."""
         raise NotImplementedError(f"tier {self.name!r} is not persistent: it cannot adopt blocks")
 
+    def tombstones(self) -> set[bytes]:
+        """Keys of erased blocks a refused delete kept, persisted by an earlier run (BlobTier)."""
+        return set()
+
+    def bury(self, keys: Iterable[Hashable]) -> bool:
+        """Persist tombstones for ``keys`` (BlobTier); True when kept."""
+        return True
+
+    def unbury(self, keys: Iterable[Hashable]) -> None:
+        """Their deletes landed: their tombstones go (BlobTier)."""
+
     @property
     def healthy(self) -> bool:
         """False while the backend is unreachable: the engine then skips the tier."""

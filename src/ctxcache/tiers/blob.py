@@ -6,16 +6,26 @@ thread and from lookups at once. Subclasses do the I/O: ``load_many``, ``put_blo
 ``put_blob``), ``delete``; they call ``_charge`` when a key appears or goes (``_landed`` when a
 write has reached storage). ``persistent`` tiers may ``adopt`` blocks found in storage that
 another run or process wrote.
+
+Tombstones: the keys of blocks an erasure or a TTL deleted whose delete the tier refused (the
+block is still stored). Kept in memory here, persisted by the subclass (``_load_dead``,
+``_save_dead``: disk a file in its directory, Redis a set), so a restarted engine deletes those
+blocks instead of adopting them (engine/tombstones.py). At most ``MAX_TOMBSTONES``.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Hashable, Iterable, Iterator
 from typing import Any
 
 from ..codec import Codec
+from ..errors import TierUnavailableError
 from .base import NO_META, BlockMeta, Tier, key_bytes
+
+MAX_TOMBSTONES = 65536  # 16-byte keys: about 2 MB as a disk file
+log = logging.getLogger("ctxcache.tiers")
 
 
 class BlobTier(Tier):
@@ -36,6 +46,8 @@ class BlobTier(Tier):
         self.codec = self._codec = Codec(codec, compression, compression_level)
         self._lock = threading.Lock()
         self._sizes: dict[bytes, int] = {}  # key -> blob size, oldest first
+        self._dead: set[bytes] = set()  # tombstones (see the module's docstring)
+        self._dead_lock = threading.Lock()  # held across their I/O: the mover and close() write them
 
     # --- the one key -> size bookkeeping ------------------------------------------------------------
     def _charge(self, kb: bytes, size: int | None) -> int | None:
@@ -81,6 +93,57 @@ class BlobTier(Tier):
     def keys(self) -> Iterator[Hashable]:
         with self._lock:
             return iter(list(self._sizes))
+
+    # --- tombstones ---------------------------------------------------------------------------------
+    def tombstones(self) -> set[bytes]:
+        """The tombstones an earlier run persisted; read once, at start (empty if unreadable)."""
+        with self._dead_lock:
+            try:
+                self._dead = set(self._load_dead())
+            except (OSError, TierUnavailableError) as exc:
+                log.warning(
+                    "tier %r: tombstones unreadable (%s): erased blocks a refused delete kept may be served",
+                    self.name,
+                    exc,
+                )
+            return set(self._dead)
+
+    def bury(self, keys: Iterable[Hashable]) -> bool:
+        """Persist tombstones for ``keys``; False if storage refused (the caller tries again later)."""
+        with self._dead_lock:
+            new = {key_bytes(k) for k in keys} - self._dead
+            if not new:
+                return True
+            room = MAX_TOMBSTONES - len(self._dead)
+            if len(new) > room:
+                log.warning("tier %r: tombstones full (%d): %d not kept", self.name, MAX_TOMBSTONES, len(new) - room)
+                new = set(sorted(new)[:room])
+            try:
+                self._save_dead(self._dead | new)
+            except (OSError, TierUnavailableError):
+                return False
+            self._dead |= new
+            return True
+
+    def unbury(self, keys: Iterable[Hashable]) -> None:
+        """Their deletes landed: drop their tombstones (no I/O unless one was kept)."""
+        if not self._dead:
+            return
+        with self._dead_lock:
+            gone = {key_bytes(k) for k in keys} & self._dead
+            if not gone:
+                return
+            try:
+                self._save_dead(self._dead - gone)
+            except (OSError, TierUnavailableError):
+                return  # kept: deleted again after a restart, a no-op
+            self._dead -= gone
+
+    def _load_dead(self) -> Iterable[bytes]:
+        return ()  # nothing persisted: kept in memory only
+
+    def _save_dead(self, dead: set[bytes]) -> None:
+        pass
 
     # --- payloads through the codec ------------------------------------------------------------------
     def size_of(self, payload: Any) -> int:

@@ -107,6 +107,27 @@ class DiskTier(BlobTier):
                 self._found_tenants[key] = tenant
         self.recovered = len(found)
 
+    def _load_dead(self) -> list[bytes]:
+        try:
+            text = (self.root / "tombstones").read_text()
+        except FileNotFoundError:
+            return []
+        return [bytes.fromhex(line) for line in text.split() if line]
+
+    def _save_dead(self, dead: set[bytes]) -> None:
+        """Atomically, as a block (temp file, fsync, rename); none left: the file goes."""
+        final = self.root / "tombstones"
+        if not dead:
+            final.unlink(missing_ok=True)
+            return
+        tmp = self._tmp / f"tombstones.{os.getpid()}.tmp"
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
+            fh.write("".join(f"{kb.hex()}\n" for kb in sorted(dead)))
+            if self.fsync:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, final)
+
     def _check(self, f: Path) -> tuple[int, bytes, int, bytes] | None:
         """(mtime, key, size, tenant) of a file whose header is intact and whose length matches it."""
         try:

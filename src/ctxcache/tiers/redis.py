@@ -263,6 +263,21 @@ class RedisTier(RedisHealth, BlobTier):
     def delete(self, key: Hashable) -> bool:
         return self.delete_many([key]) == 1
 
+    def _load_dead(self) -> list[bytes]:
+        """Tombstones (BlobTier): one string value beside the blocks, ``<prefix>#tombstones``, the
+        keys in hex (a scan of the prefix reads no block header in it: skipped)."""
+        got = self._pipeline([("get", (self.prefix + b"#tombstones",), {})])
+        if got is None or isinstance(got[0], BaseException):
+            raise TierUnavailableError(f"redis tier {self.name!r}: tombstones unreadable")
+        return [bytes.fromhex(h) for h in (got[0] or b"").decode().split()]
+
+    def _save_dead(self, dead: set[bytes]) -> None:
+        name = self.prefix + b"#tombstones"
+        op: Op = ("set", (name, " ".join(kb.hex() for kb in sorted(dead))), {}) if dead else ("delete", (name,), {})
+        got = self._pipeline([op])
+        if got is None or isinstance(got[0], BaseException):
+            raise TierUnavailableError(f"redis tier {self.name!r}: tombstones not written")
+
     def might_contain_many(self, keys: Sequence[Hashable]) -> list[bool]:
         if not self._healthy:
             return [False] * len(keys)
