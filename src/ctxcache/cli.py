@@ -309,10 +309,16 @@ def _source(ctx: typer.Context, name: str) -> str:
 register_observability(app)  # analyze, ab-report
 
 
+_REDIS_HELP = (
+    "Redis URL of the workers' KV-event streams: route by what each worker really holds (its events worker id "
+    "maps to its --worker URL by /readyz, else by port); without it, by the router's own history"
+)
+
+
 @app.command()
 def route(
     worker: Annotated[list[str], typer.Option(help="a worker's base URL (repeat for each worker)")],
-    redis: Annotated[str | None, typer.Option(help="Redis URL of the workers' KV-event streams")] = None,
+    redis: Annotated[str | None, typer.Option(help=_REDIS_HELP)] = None,
     model: _ModelOpt = None,
     config: _ConfigOpt = None,
     host: _HostOpt = "127.0.0.1",

@@ -12,9 +12,14 @@ def test_worker_urls_must_be_http():
     assert r.exit_code == 2 and "must be an http(s):// URL" in r.output
 
 
-def test_redis_is_refused_until_the_event_consumer_is_wired(tmp_path):
-    r = CliRunner().invoke(app, ["route", "--worker", "http://127.0.0.1:1", "--redis", "redis://127.0.0.1:6379"])
-    assert r.exit_code == 2 and "--redis" in r.output
+def test_a_redis_url_that_is_not_one_is_refused_before_loading_anything():
+    r = CliRunner().invoke(app, ["route", "--worker", "http://127.0.0.1:1", "--redis", "127.0.0.1:6379"])
+    assert r.exit_code == 2 and "--redis must look like 'redis://host:port/db'" in r.output
+
+
+def test_the_help_says_what_redis_does():
+    r = CliRunner().invoke(app, ["route", "--help"], env={"COLUMNS": "250"})
+    assert r.exit_code == 0 and "KV-event streams" in r.output and "/readyz" in r.output
 
 
 def test_a_bad_config_file_is_an_error_not_a_traceback(tmp_path):

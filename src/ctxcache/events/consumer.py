@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .codec import EventDecodeError, decode_events
-from .model import BlockRemoved, BlockStored, Event
+from .model import BlockRemoved, BlockStored, Event, TierCleared
 from .state import WorkerView, decode_snapshot
 from .streams import PREFIX, registry_key, snapshot_key, stream_key
 
@@ -31,7 +31,11 @@ RESYNC_S = 0.2  # a snapshot that is not new enough yet is asked again after thi
 
 
 class Listener(Protocol):
-    """Told of every change to a worker's view, in order (from the consumer's thread)."""
+    """Told of every change to a worker's view, in order (from the consumer's thread).
+
+    Two optional methods, called when a listener has them: ``cleared(view, tier, reason)`` on a
+    TierCleared, and ``tick(views)`` once per round with every followed view (the router's index
+    feed attaches late-mapped workers there, in this thread, where the views are not moving)."""
 
     def stored(self, view: WorkerView, tier: str, keys: tuple[bytes, ...]) -> None: ...
 
@@ -113,6 +117,10 @@ class Consumer:
                 log.info("events: worker %s silent for %.1f s: its blocks forgotten", worker, now - f.seen)
                 self._forget(f)
                 del self.followed[worker]
+        for li in self.listeners:
+            tick = getattr(li, "tick", None)
+            if tick is not None:
+                tick(self.workers)
         return n
 
     def _discover(self, now: float) -> None:
@@ -189,6 +197,11 @@ class Consumer:
             elif isinstance(ev, BlockRemoved):
                 for li in self.listeners:
                     li.removed(view, ev.tier, ev.keys)
+            elif isinstance(ev, TierCleared):
+                for li in self.listeners:
+                    cleared = getattr(li, "cleared", None)
+                    if cleared is not None:
+                        cleared(view, ev.tier, ev.reason)
 
     def _forget(self, f: _Followed) -> None:
         for li in self.listeners:

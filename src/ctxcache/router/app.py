@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import httpx
 from fastapi import FastAPI, Request
@@ -13,22 +13,29 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from .proxy import Proxy, Router
 
 
-def create_router_app(router: Router) -> FastAPI:
-    state: dict[str, Proxy] = {}
-
+def _lifespan(router: Router, state: dict[str, Proxy]) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
         async with httpx.AsyncClient(limits=limits, timeout=router.upstream_timeout_s) as client:
             state["proxy"] = Proxy(router, client)
-            await router.pool.check_all(client)  # who is up before the first request
+            await router.pool.check_all(client)  # who is up (and their events ids) before the first request
             router.pool.start(client)
+            if router.events is not None:
+                router.events.start()
             try:
                 yield
             finally:
+                if router.events is not None:
+                    router.events.stop()
                 await router.pool.stop()
 
-    app = FastAPI(title="ctxcache router", lifespan=lifespan, docs_url=None, redoc_url=None)
+    return lifespan
+
+
+def create_router_app(router: Router) -> FastAPI:
+    state: dict[str, Proxy] = {}
+    app = FastAPI(title="ctxcache router", lifespan=_lifespan(router, state), docs_url=None, redoc_url=None)
 
     @app.post("/v1/chat/completions", include_in_schema=False)
     async def chat(request: Request) -> Response:
@@ -52,6 +59,7 @@ def create_router_app(router: Router) -> FastAPI:
     async def router_state() -> JSONResponse:
         return JSONResponse({"workers": router.pool.state(), "index": router.index.stats(),
                              "speculative_keys": len(router.spec),
+                             "events": router.events.stats() if router.events is not None else None,
                              "history_keys": len(router.history) if router.history is not None else None})  # fmt: skip
 
     @app.get("/metrics", include_in_schema=False)
@@ -59,7 +67,9 @@ def create_router_app(router: Router) -> FastAPI:
         m = router.metrics
         for w in router.pool.workers.values():
             m.healthy.labels(w.url).set(1 if w.healthy else 0)
-        m.index_blocks.set(router.index.stats()["blocks"])
+        m.observe_index(router.index.stats())
+        if router.events is not None:
+            m.observe_events(router.events.stats())
         return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"], include_in_schema=False)

@@ -30,6 +30,7 @@ def build_router(
 ) -> Router:
     from ..integrations.model_store import resolve_model
     from ..server.config import load_server_config
+    from .feed import RouterEvents
     from .index import BlockIndex
     from .pool import Pool, Upstream
     from .proxy import Router
@@ -40,13 +41,16 @@ def build_router(
     if block_size is not None:
         cfg.cache_config["block_size"] = block_size
         cfg.validate()
-    if redis is not None:
-        raise CtxCacheError(
-            "--redis: the KV-event consumer is not in this build yet; the router routes by its own history"
-        )
+    index, pool = BlockIndex(), Pool(workers)
+    events = None
+    if redis is not None:  # the workers' [events] table says how their streams are published
+        events = RouterEvents.connect(redis, index, list(pool.workers), cfg.events)
+        wmap = events.feed.map
+        pool.on_ready = lambda w: wmap.report(w.url, w.events_worker)
     keys = RequestKeys.from_model_dir(resolve_model(model), cfg)
-    router = Router(Pool(workers), keys, Scorer(ScoreConfig(block_size=keys.block_size)), BlockIndex(),
-                    history=Speculative(ttl_s=history_ttl_s, capacity=2_000_000),
+    # The history (approximate arm) stays on with --redis: it judges the workers no events cover.
+    router = Router(pool, keys, Scorer(ScoreConfig(block_size=keys.block_size)), index,
+                    history=Speculative(ttl_s=history_ttl_s, capacity=2_000_000), events=events,
                     upstream_timeout_s=upstream_timeout_s)  # fmt: skip
 
     def ejected(w: Upstream) -> None:
@@ -84,8 +88,9 @@ def route(
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2
     app = create_router_app(router)
-    err.print(f"[bold]ctxcache routing at http://{host}:{port}[/bold] to {len(workers)} workers: {', '.join(workers)}",
-              highlight=False)  # fmt: skip
+    how = f"KV events from {redis}" if redis else "its own history (no --redis: no KV events)"
+    err.print(f"[bold]ctxcache routing at http://{host}:{port}[/bold] to {len(workers)} workers: {', '.join(workers)}; "
+              f"by {escape(how)}", highlight=False)  # fmt: skip
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     # SIGTERM: uvicorn stops accepting and lets in-flight requests (streams too) finish for drain_s.
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=max(1, round(drain_s)))

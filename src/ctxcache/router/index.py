@@ -7,8 +7,9 @@ docs/routing.md has the figures). Instead, one open-addressing table in numpy ar
 
 * a slot is a block: its 16-byte key as two uint64 (``lo`` = 0 marks an empty slot) and worker
   bitmasks, one uint64 per tier rank: ``fast`` (each worker's first tier, its RAM), ``slow``
-  (its other local tiers) and a ``shared`` byte (the block is on the shared store, which every
-  worker attached to it reads): 33 bytes a slot.
+  (its other local tiers) and a ``shared`` byte: bit s set when the block is on shared store s
+  (``WorkerStarted.stores``: up to 8 distinct stores per index), which every worker attached to
+  that store reads: 33 bytes a slot.
 * a key's home slot is its low word modulo the capacity (keys are already uniform hashes), so
   the capacity need not be a power of two and grows by 1.5x: the load stays in [0.5, 0.8], 41-66
   bytes per block, less per (block, worker) pair once blocks are on several workers.
@@ -22,6 +23,7 @@ At most 64 workers per index (the masks are uint64); a larger fleet runs one ind
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,11 +35,12 @@ from .table import KeyTable, key_arrays
 
 FAST, SLOW, SHARED, NONE = 0, 1, 2, -1  # tier ranks of a block on a worker
 MAX_WORKERS = 64
+MAX_STORES = 8  # distinct shared stores: the bits of a slot's ``shared`` byte
 _SHARED_HINTS = ("redis", "valkey", "shared")
 
 
 class IndexFullError(RuntimeError):
-    """More than MAX_WORKERS live workers."""
+    """More than MAX_WORKERS live workers, or more than MAX_STORES shared stores."""
 
 
 @dataclass
@@ -49,12 +52,22 @@ class WorkerState:
     last_seen: float = 0.0
     tiers: tuple[str, ...] = ()
     shared: tuple[str, ...] = ()
+    stores: tuple[str, ...] = ()  # the store behind each of ``shared`` (WorkerStarted.stores)
     gaps: int = 0  # batches missed (a seq jump): the entries may be stale until a resync
     batches: int = 0
 
     @property
     def mask(self) -> np.uint64:
         return np.uint64(1 << self.bit)
+
+    def store_of(self, tier: str) -> str:
+        """What names the shared store behind ``tier``: its WorkerStarted.stores entry; without one
+        (an older worker, or no WorkerStarted seen) the one unnamed store every such worker shares."""
+        if tier in self.shared:
+            i = self.shared.index(tier)
+            if i < len(self.stores) and self.stores[i]:
+                return self.stores[i]
+        return ""
 
     def rank(self, tier: str) -> int:
         if tier in self.shared:
@@ -102,7 +115,11 @@ class PrefixMatch:
 
 
 class BlockIndex:
-    """Block key -> worker bitmasks by tier, applied from EventBatches, queried by prefix."""
+    """Block key -> worker bitmasks by tier, applied from EventBatches (or, under ``ctxcache route
+    --redis``, from the events consumer through router/feed.py), queried by prefix.
+
+    Thread-safe: the consumer's thread writes while the router's event loop reads (a rehash swaps
+    every array, so a reader must never see half of one)."""
 
     def __init__(
         self, capacity: int = 1 << 16, *, worker_ttl_s: float = 30.0, clock: Callable[[], float] = time.monotonic
@@ -111,9 +128,11 @@ class BlockIndex:
         self._clock = clock
         self._workers: dict[str, WorkerState] = {}
         self._free_bits = list(range(MAX_WORKERS - 1, -1, -1))
-        self._shared_readers = np.uint64(0)  # workers attached to the shared store
+        self._stores: dict[str, int] = {}  # shared store id -> its bit in ``shared``
+        self._readers = np.zeros(MAX_STORES, np.uint64)  # per store bit: workers attached to it
         self.ignored = 0  # batches dropped: duplicates, or from an epoch older than the current one
         self._t = KeyTable(capacity)
+        self._lock = threading.RLock()
 
     # --- events --------------------------------------------------------------------------------------
     def apply(self, batch: EventBatch) -> bool:
@@ -121,44 +140,46 @@ class BlockIndex:
 
         A new epoch forgets everything the worker's older epochs stored; a seq gap is counted on
         the worker (``gaps``) and the batch applied anyway (the consumer replays or resyncs)."""
-        w = self._worker_for(batch)
-        if w is None:
-            self.ignored += 1
-            return False
-        self._advance(w, batch)
-        for ev in batch.events:
-            self._apply_event(w, ev)
-        return True
+        with self._lock:
+            w = self._worker_for(batch)
+            if w is None:
+                self.ignored += 1
+                return False
+            self._advance(w, batch)
+            for ev in batch.events:
+                self._apply_event(w, ev)
+            return True
 
     def apply_many(self, batches: Sequence[EventBatch]) -> int:
         """Apply batches in order, as ``apply`` would, with consecutive stores coalesced into one
         table insert (a replay or a snapshot of 1 M blocks: ~15x faster than batch by batch).
         Stores commute with each other; anything else flushes them first. Returns batches applied."""
-        pending: dict[tuple[str, int], list[bytes]] = {}
+        pending: dict[tuple[str, str], list[bytes]] = {}
 
         def flush() -> None:
-            for (name, rank), keys in pending.items():
-                self._store(self._workers[name], keys, rank)
+            for (name, tier), keys in pending.items():
+                self._store(self._workers[name], keys, tier)
             pending.clear()
 
         applied = 0
-        for batch in batches:
-            known = self._workers.get(batch.worker)
-            if known is None or known.epoch != batch.epoch:
-                flush()  # a new epoch forgets the worker: its pending stores go first
-            w = self._worker_for(batch)
-            if w is None:
-                self.ignored += 1
-                continue
-            self._advance(w, batch)
-            applied += 1
-            for ev in batch.events:
-                if isinstance(ev, BlockStored):
-                    pending.setdefault((w.name, w.rank(ev.tier)), []).extend(ev.keys)
-                else:
-                    flush()
-                    self._apply_event(w, ev)
-        flush()
+        with self._lock:
+            for batch in batches:
+                known = self._workers.get(batch.worker)
+                if known is None or known.epoch != batch.epoch:
+                    flush()  # a new epoch forgets the worker: its pending stores go first
+                w = self._worker_for(batch)
+                if w is None:
+                    self.ignored += 1
+                    continue
+                self._advance(w, batch)
+                applied += 1
+                for ev in batch.events:
+                    if isinstance(ev, BlockStored):
+                        pending.setdefault((w.name, ev.tier), []).extend(ev.keys)
+                    else:
+                        flush()
+                        self._apply_event(w, ev)
+            flush()
         return applied
 
     def _advance(self, w: WorkerState, batch: EventBatch) -> None:
@@ -175,50 +196,71 @@ class BlockIndex:
             if _epoch_order(batch.epoch) < _epoch_order(w.epoch):
                 return None  # a late batch of a process that has since restarted
             self._forget(w)  # the worker restarted: what its old process held is gone
+        return self._new_worker(batch.worker, batch.epoch)
+
+    def _new_worker(self, name: str, epoch: str) -> WorkerState:
         if not self._free_bits:
             raise IndexFullError(f"this index tracks at most {MAX_WORKERS} workers")
-        w = WorkerState(batch.worker, self._free_bits.pop(), batch.epoch)
-        self._workers[batch.worker] = w
+        w = WorkerState(name, self._free_bits.pop(), epoch, last_seen=self._clock())
+        self._workers[name] = w
         return w
 
     def _apply_event(self, w: WorkerState, ev: object) -> None:
         if isinstance(ev, BlockStored):
-            self._store(w, ev.keys, w.rank(ev.tier))
+            self._store(w, ev.keys, ev.tier)
         elif isinstance(ev, BlockRemoved):
-            self._remove(w, ev.keys, w.rank(ev.tier))
+            self._remove(w, ev.keys, ev.tier)
         elif isinstance(ev, TierCleared):
-            self._clear(w, w.rank(ev.tier), ev.reason)
+            self._clear(w, ev.tier, ev.reason)
         elif isinstance(ev, WorkerStarted):
-            w.tiers, w.shared = tuple(ev.tiers), tuple(ev.shared)
-            if ev.shared:
-                self._shared_readers |= w.mask
+            self._started(w, ev)
         elif not isinstance(ev, Heartbeat):
             raise TypeError(f"not a KV event: {type(ev).__name__}")
 
-    def _store(self, w: WorkerState, keys: Sequence[bytes], rank: int) -> None:
+    def _started(self, w: WorkerState, ev: WorkerStarted) -> None:
+        for bit in range(MAX_STORES):
+            self._readers[bit] &= ~w.mask
+        w.tiers, w.shared, w.stores = tuple(ev.tiers), tuple(ev.shared), tuple(ev.stores)
+        for tier in w.shared:  # attached to its stores from the start, before it stores anything
+            self._readers[self._store_bit(w.store_of(tier))] |= w.mask
+
+    def _store_bit(self, store: str) -> int:
+        bit = self._stores.get(store)
+        if bit is None:
+            if len(self._stores) >= MAX_STORES:
+                raise IndexFullError(f"this index tracks at most {MAX_STORES} shared stores")
+            bit = self._stores[store] = len(self._stores)
+        return bit
+
+    def _store(self, w: WorkerState, keys: Sequence[bytes], tier: str) -> None:
+        rank = w.rank(tier)
         slots = self._t.insert(*key_arrays(keys))
         if rank == SHARED:
-            self._t.shared[slots] = 1
-            self._shared_readers |= w.mask
+            bit = self._store_bit(w.store_of(tier))
+            self._t.shared[slots] |= np.uint8(1 << bit)
+            self._readers[bit] |= w.mask
         else:
             arr = self._t.fast if rank == FAST else self._t.slow
             arr[slots] |= w.mask
 
-    def _remove(self, w: WorkerState, keys: Sequence[bytes], rank: int) -> None:
+    def _remove(self, w: WorkerState, keys: Sequence[bytes], tier: str) -> None:
+        rank = w.rank(tier)
         slots = self._t.find(*key_arrays(keys))
         slots = slots[slots >= 0]
         if rank == SHARED:
-            self._t.shared[slots] = 0
+            self._t.shared[slots] &= np.uint8(~(1 << self._store_bit(w.store_of(tier))) & 0xFF)
         else:
             arr = self._t.fast if rank == FAST else self._t.slow
             arr[slots] &= ~w.mask
 
-    def _clear(self, w: WorkerState, rank: int, reason: str) -> None:
+    def _clear(self, w: WorkerState, tier: str, reason: str) -> None:
+        rank = w.rank(tier)
         if rank == SHARED:
+            bit = self._store_bit(w.store_of(tier))
             if reason == "lost":  # this worker cannot reach the store; the others still may
-                self._shared_readers &= ~w.mask
+                self._readers[bit] &= ~w.mask
             else:
-                self._t.shared[:] = 0
+                self._t.shared &= np.uint8(~(1 << bit) & 0xFF)
             return
         arr = self._t.fast if rank == FAST else self._t.slow
         arr &= ~w.mask
@@ -226,27 +268,59 @@ class BlockIndex:
     def _forget(self, w: WorkerState) -> None:
         self._t.fast &= ~w.mask
         self._t.slow &= ~w.mask
-        self._shared_readers &= ~w.mask
+        self._readers &= ~w.mask
         del self._workers[w.name]
         self._free_bits.append(w.bit)
 
+    # --- fed by a consumer that owns ordering (router/feed.py) ----------------------------------------
+    def attach(self, name: str, epoch: str, started: WorkerStarted | None) -> None:
+        """Track ``name`` (epoch ``epoch``) with the tiers ``started`` names; a new epoch forgets
+        the old one first. Ordering, gaps and silence are the caller's: nothing here is sequenced."""
+        with self._lock:
+            w = self._workers.get(name)
+            if w is not None and w.epoch != epoch:
+                self._forget(w)
+                w = None
+            if w is None:
+                w = self._new_worker(name, epoch)
+            if started is not None:
+                self._started(w, started)
+
+    def stored(self, name: str, tier: str, keys: Sequence[bytes]) -> None:
+        with self._lock:
+            self._store(self._workers[name], keys, tier)
+
+    def removed(self, name: str, tier: str, keys: Sequence[bytes]) -> None:
+        with self._lock:
+            self._remove(self._workers[name], keys, tier)
+
+    def cleared(self, name: str, tier: str, reason: str) -> None:
+        with self._lock:
+            self._clear(self._workers[name], tier, reason)
+
     def expire(self, now: float | None = None) -> list[str]:
         """Forget workers silent (no batch, not even a heartbeat) for ``worker_ttl_s``."""
-        now = self._clock() if now is None else now
-        gone = [w for w in self._workers.values() if now - w.last_seen > self.worker_ttl_s]
-        for w in gone:
-            self._forget(w)
-        return [w.name for w in gone]
+        with self._lock:
+            now = self._clock() if now is None else now
+            gone = [w for w in self._workers.values() if now - w.last_seen > self.worker_ttl_s]
+            for w in gone:
+                self._forget(w)
+            return [w.name for w in gone]
 
     def remove_worker(self, name: str) -> None:
-        w = self._workers.get(name)
-        if w is not None:
-            self._forget(w)
+        with self._lock:
+            w = self._workers.get(name)
+            if w is not None:
+                self._forget(w)
 
     # --- queries -------------------------------------------------------------------------------------
     def prefix(self, keys: Sequence[bytes]) -> PrefixMatch:
         """Per live worker, the longest run of ``keys`` from the first one that it can read, and
-        how many of those blocks are in its RAM, on its disk, only on the shared store."""
+        how many of those blocks are in its RAM, on its disk, only on a shared store it reads."""
+        with self._lock:
+            return self._prefix(keys)
+
+    def _prefix(self, keys: Sequence[bytes]) -> PrefixMatch:
         n = len(keys)
         if n == 0 or not self._workers:
             return PrefixMatch(n, {name: WorkerPrefix(0, 0, 0, 0) for name in self._workers})
@@ -254,7 +328,10 @@ class BlockIndex:
         ok = slots >= 0
         hit = np.where(ok, slots, len(self._t.lo) - 1)  # the last pad slot is always empty: masks 0
         fast, slow = self._t.fast[hit], self._t.slow[hit]
-        shared = np.where(self._t.shared[hit] != 0, self._shared_readers, np.uint64(0))
+        on = self._t.shared[hit]
+        shared = np.zeros(n, np.uint64)
+        for bit in self._stores.values():  # usually one store: one numpy step
+            shared |= np.where(on & np.uint8(1 << bit), self._readers[bit], np.uint64(0))
         run = np.bitwise_and.accumulate(fast | slow | shared)  # bit w: blocks 0..i all readable by w
         live = list(self._workers.values())
         bits = np.array([w.bit for w in live], np.uint64)
@@ -265,26 +342,31 @@ class BlockIndex:
 
     def lookup_slots(self, keys: Sequence[bytes]) -> np.ndarray:
         """Slots of ``keys`` (-1: not indexed): the raw batch lookup the benchmark times."""
-        return self._t.find(*key_arrays(keys))
+        with self._lock:
+            return self._t.find(*key_arrays(keys))
 
     @property
     def workers(self) -> dict[str, WorkerState]:
-        return dict(self._workers)
+        with self._lock:
+            return dict(self._workers)
 
     def stats(self) -> dict[str, int | float]:
-        live = (self._t.fast | self._t.slow) != 0
-        entries = int(np.bitwise_count(self._t.fast | self._t.slow).sum()) + int(np.count_nonzero(self._t.shared))
-        nbytes = self._t.nbytes
-        blocks = int(np.count_nonzero(live | (self._t.shared != 0)))
-        return {
-            "blocks": blocks,
-            "entries": entries,
-            "capacity": self._t.capacity,
-            "bytes": nbytes,
-            "bytes_per_entry": nbytes / entries if entries else 0.0,
-            "load": self._t.used / self._t.capacity,
-            "workers": len(self._workers),
-        }
+        with self._lock:
+            live = (self._t.fast | self._t.slow) != 0
+            entries = int(np.bitwise_count(self._t.fast | self._t.slow).sum())
+            entries += int(np.bitwise_count(self._t.shared).sum())
+            nbytes = self._t.nbytes
+            blocks = int(np.count_nonzero(live | (self._t.shared != 0)))
+            return {
+                "blocks": blocks,
+                "entries": entries,
+                "capacity": self._t.capacity,
+                "bytes": nbytes,
+                "bytes_per_entry": nbytes / entries if entries else 0.0,
+                "load": self._t.used / self._t.capacity,
+                "workers": len(self._workers),
+                "shared_stores": len(self._stores),
+            }
 
 
 def _epoch_order(epoch: str) -> tuple[int, str]:

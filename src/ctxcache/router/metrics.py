@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 PREFIX = "ctxcache_router"
@@ -30,6 +32,28 @@ class RouterMetrics:
         self.healthy = Gauge(f"{PREFIX}_worker_healthy", "1 while the worker takes requests", ["worker"], registry=r)
         self.in_flight = Gauge(f"{PREFIX}_in_flight", "Requests in flight to each worker", ["worker"], registry=r)
         self.index_blocks = Gauge(f"{PREFIX}_index_blocks", "Blocks in the router's index", registry=r)
+        self.index_entries = Gauge(f"{PREFIX}_index_entries", "(block, worker) entries in the router's index "
+                                   "(a block on a shared store: one per store)", registry=r)  # fmt: skip
+        self.index_bytes = Gauge(f"{PREFIX}_index_bytes", "Memory of the router's index arrays", registry=r)
+        self.event_lag = Gauge(f"{PREFIX}_event_lag_seconds", "KV events: publish-to-apply delay of the latest "
+                               "batch, the largest over workers (--redis only)", registry=r)  # fmt: skip
+        self.event_workers = Gauge(f"{PREFIX}_event_workers", "Workers whose KV events feed the index "
+                                   "(mapped to a --worker URL)", registry=r)  # fmt: skip
+        self.event_unmapped = Gauge(f"{PREFIX}_event_unmapped_workers", "Event worker ids on the streams that "
+                                    "map to no --worker URL (their events are ignored)", registry=r)  # fmt: skip
+        self.events_applied = Gauge(f"{PREFIX}_events_applied", "KV events applied since the router started",
+                                    registry=r)  # fmt: skip
         self.overhead = Histogram(f"{PREFIX}_overhead_seconds", "Router time per request before it is sent: parse, "
                                   "tokenize, keys, index, score", registry=r,
                                   buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5))  # fmt: skip
+
+    def observe_index(self, stats: dict[str, Any]) -> None:
+        self.index_blocks.set(stats["blocks"])
+        self.index_entries.set(stats["entries"])
+        self.index_bytes.set(stats["bytes"])
+
+    def observe_events(self, stats: dict[str, Any]) -> None:
+        self.event_lag.set(stats["lag_s"])
+        self.event_workers.set(len(stats["mapped"]))
+        self.event_unmapped.set(len(stats["unmapped"]))
+        self.events_applied.set(stats["applied"])

@@ -35,6 +35,7 @@ class Upstream:
     last_error: str = ""
     load: Load = field(default_factory=Load)
     requests: int = 0
+    events_worker: str | None = None  # the KV-events worker id its /readyz reports (router/feed.py)
 
     @property
     def name(self) -> str:
@@ -53,6 +54,7 @@ class Pool:
         max_eject_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         on_eject: Callable[[Upstream], None] | None = None,
+        on_ready: Callable[[Upstream], None] | None = None,
     ) -> None:
         if not urls:
             raise ValueError("at least one --worker URL is needed")
@@ -61,6 +63,7 @@ class Pool:
         self.fail_threshold, self.eject_s, self.max_eject_s = fail_threshold, eject_s, max_eject_s
         self._clock = clock
         self._on_eject = on_eject
+        self.on_ready = on_ready  # after each passing check (events_worker is fresh then)
         self._task: asyncio.Task[None] | None = None
 
     def healthy(self) -> list[Upstream]:
@@ -99,6 +102,9 @@ class Pool:
             self.failed(w, why, connect=refused)
             return False
         self.succeeded(w)
+        w.events_worker = _events_worker(r)
+        if self.on_ready is not None:
+            self.on_ready(w)
         if not w.healthy and self._clock() - w.ejected_at >= w.eject_for:
             w.healthy, w.readmitted_at = True, self._clock()
             log.warning("worker %s readmitted", w.url)
@@ -132,6 +138,17 @@ class Pool:
                 "requests": w.requests,
                 "prefill_tokens": w.load.prefill_tokens,
                 "streaming": w.load.streaming,
+                "events_worker": w.events_worker,
             }
             for w in self.workers.values()
         ]
+
+
+def _events_worker(r: httpx.Response) -> str | None:
+    """``events_worker`` from a /readyz body (a ctxcache serve worker with KV events on), else None."""
+    try:
+        body = r.json()
+    except ValueError:
+        return None
+    got = body.get("events_worker") if isinstance(body, dict) else None
+    return got if isinstance(got, str) and got else None

@@ -25,6 +25,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..server.deps import error_body
+from .feed import RouterEvents
 from .index import BlockIndex
 from .metrics import RouterMetrics
 from .pool import Pool, Upstream
@@ -42,7 +43,8 @@ class Router:
     scorer: Scorer
     index: BlockIndex = field(default_factory=BlockIndex)
     spec: Speculative = field(default_factory=Speculative)
-    history: Speculative | None = None  # the approximate arm: set when no events feed the index
+    history: Speculative | None = None  # the approximate arm: for workers the events do not cover
+    events: RouterEvents | None = None  # --redis: the consumer feeding ``index``
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
     upstream_timeout_s: float = 600.0
 
@@ -53,10 +55,12 @@ class Router:
         names = [w.url for w in ups]
         keys, tokens = (keyed.keys, keyed.tokens) if keyed is not None else ([], 0)
         spec = self.spec.prefix(keys)
-        if self.history is not None:
+        known = self.index.workers
+        if self.history is not None:  # a worker whose events reach the index is judged by them
             for w, n in self.history.prefix(keys).items():
-                spec[w] = max(n, spec.get(w, 0))
-        match = self.index.prefix(keys) if keys and self.index.workers else None
+                if w not in known:
+                    spec[w] = max(n, spec.get(w, 0))
+        match = self.index.prefix(keys) if keys and known else None
         loads = {w.url: w.load for w in ups}
         d = self.scorer.choose(tokens, merged(match, spec, names), loads, keyed.session if keyed else None)
         return self.pool.workers[d.worker], d
@@ -72,9 +76,12 @@ def _forward_headers(request: Request) -> dict[str, str]:
     return {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
 
 
-def _response_headers(resp: httpx.Response, w: Upstream) -> dict[str, str]:
+def _response_headers(resp: httpx.Response, w: Upstream, d: Decision | None = None) -> dict[str, str]:
     out = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP | {"content-encoding", "date", "server"}}
     out["x-ctxcache-worker"] = w.url  # which worker answered: for logs, tests and clients that care
+    if d is not None:  # what the router expected that worker to have cached, and why it went there
+        out["x-ctxcache-predicted-cached-tokens"] = str(d.predicted_cached_tokens)
+        out["x-ctxcache-route-reason"] = d.reason
     return out
 
 
@@ -177,7 +184,7 @@ class Proxy:
                     return None
                 started = True
                 return StreamingResponse(self._relay(w, resp, first, api, d, keyed, pending),
-                                         status_code=200, headers=_response_headers(resp, w))  # fmt: skip
+                                         status_code=200, headers=_response_headers(resp, w, d))  # fmt: skip
             try:
                 content = await resp.aread()
             except httpx.HTTPError as exc:
@@ -186,7 +193,7 @@ class Proxy:
             finally:
                 await resp.aclose()
             self._account(w, api, d, keyed, content, resp.status_code)
-            return Response(content, status_code=resp.status_code, headers=_response_headers(resp, w))
+            return Response(content, status_code=resp.status_code, headers=_response_headers(resp, w, d))
         finally:
             if not started:
                 w.load.prefill_tokens -= pending
@@ -198,7 +205,7 @@ class Proxy:
         resp = await self.client.request(method, w.url + path, content=raw, headers=headers,
                                          timeout=self.router.upstream_timeout_s)  # fmt: skip
         self._account(w, api, d, keyed, resp.content, resp.status_code)
-        return Response(resp.content, status_code=resp.status_code, headers=_response_headers(resp, w))
+        return Response(resp.content, status_code=resp.status_code, headers=_response_headers(resp, w, d))
 
     async def _first(self, resp: httpx.Response) -> tuple[AsyncIterator[bytes], bytes]:
         it = resp.aiter_raw()

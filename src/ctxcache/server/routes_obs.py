@@ -49,6 +49,8 @@ async def readyz(request: Request) -> JSONResponse:
         stall_s=obs.cfg.worker_stall_s,
         tiers=obs.stats().get("tiers", {}),
     )
+    events = getattr(request.app.state, "events", None)
+    body["events_worker"] = events.worker if events is not None else None  # a router maps its events by it
     return JSONResponse(body, status_code=200 if ok else 503)
 
 
