@@ -203,3 +203,13 @@ def test_keys_must_be_16_bytes():
     lo, _ = key_arrays([bytes(16)])
     assert lo[0] == 1  # the all-zero key does not read as an empty slot
     assert np.array_equal(BlockIndex().lookup_slots([]), np.empty(0))
+
+
+def test_keys_sharing_their_low_word_stay_distinct_in_one_insert():
+    same_lo = [bytes(8) + i.to_bytes(8, "little") for i in range(1, 4)]  # one low word, three keys
+    t = KeyTable(1024)
+    lo, hi = key_arrays(same_lo)
+    slots = t.insert(lo, hi)
+    assert len(set(slots.tolist())) == 3 and t.used == 3
+    assert np.array_equal(t.find(lo, hi), slots)
+    assert np.array_equal(t.insert(lo, hi), slots) and t.used == 3  # found again: no slot claimed twice

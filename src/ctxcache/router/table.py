@@ -53,7 +53,12 @@ class KeyTable:
         klo = self.lo[idx]
         hit = klo == lo[:, None]
         slot = start + hit.argmax(1)
-        found = hit.any(1) & (self.hi[slot] == hi)  # a 64-bit lo collision reads as a miss, never a wrong hit
+        found = hit.any(1) & (self.hi[slot] == hi)
+        clash = hit.any(1) & ~found  # another key with the same low word came first: match both words
+        if clash.any():
+            both = hit[clash] & (self.hi[idx[clash]] == hi[clash, None])
+            found[clash] = both.any(1)
+            slot[clash] = start[clash] + both.argmax(1)
         out = np.where(found, slot, -1)
         open_run = ~(found | (klo == 0).any(1))
         if open_run.any():  # a run longer than the window (rare at load <= 0.8)
@@ -82,8 +87,9 @@ class KeyTable:
         new = np.flatnonzero(slots < 0)
         if new.size == 0:
             return slots
-        ulo, first, inv = np.unique(lo[new], return_index=True, return_inverse=True)
-        uhi = hi[new][first]
+        # distinct by the whole key: two keys may share their low word
+        pairs, inv = np.unique(np.stack([lo[new], hi[new]], axis=1), axis=0, return_inverse=True)
+        ulo, uhi = np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1])
         if self._used + ulo.size > MAX_LOAD * self._cap:
             self.rehash(ulo.size)  # moves every slot: look the keys up again
             return self.insert(lo, hi)
