@@ -4,12 +4,19 @@ events on an Emitter, and watches each tier's health (a tier lost, a tier back).
 A write queued to a slow tier is announced when it lands (``landed``, from the mover), not when
 queued: a consumer that reads "stored in redis" may fetch the block at once. Everything else is
 announced as the slot records it (``admitted``, ``left``), under the engine's lock.
+
+The engine thread only appends ``("a", pos, key)`` (stored) or ``("x", pos, key, reason)``
+(removed; the reason is read now, while the placement that explains it is current) to the
+emitter's queue. Tier names, key bytes, the parent key, the size and the token ids are looked up
+by ``resolve`` on the emitter's thread at flush, ``flush_s`` later: a block's parent and tokens
+never change, and one that left meanwhile has its removal queued right after it (its size then
+reads 0, its parent None if the index dropped it too: a consumer applies the pair as a no-op).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -26,10 +33,13 @@ class EngineWatch:
     def __init__(self, engine: Engine, emitter: Emitter, *, token_ids: bool = False) -> None:
         self.e, self.em, self.token_ids = engine, emitter, token_ids
         self.names = [s.name for s in engine.slots]
+        self.slow = [s.slow for s in engine.slots]
         self._healthy = [s.tier.healthy for s in engine.slots]
         self.lost = self.recovered = 0
+        self._add = emitter._add
 
     def attach(self) -> None:
+        self.em.resolve = self.resolve
         with self.e.lock:
             for slot in self.e.slots:
                 slot.watch = self
@@ -42,20 +52,25 @@ class EngineWatch:
 
     # --- Watcher -------------------------------------------------------------------------------------
     def admitted(self, pos: int, key: Hashable) -> None:
-        if self.e.slots[pos].slow:
+        if self.slow[pos]:
             m = self.e.placement.mover.pending.get(key)
             if m is not None and m.dst == pos:
                 return  # announced when it lands
-        self._stored(pos, key)
+        self._add(("a", pos, key))
 
     def landed(self, pos: int, key: Hashable) -> None:
-        self._stored(pos, key)
+        self._add(("a", pos, key))
 
     def left(self, pos: int, key: Hashable) -> None:
         reason = cast(RemoveReason, self.e.leaving) if self.e.leaving else self._reason(pos, key)
-        self.em.removed(self.names[pos], key_bytes(key), reason)
+        self._add(("x", pos, key, reason))
 
-    def _stored(self, pos: int, key: Hashable) -> None:
+    # --- the emitter's thread ------------------------------------------------------------------------
+    def resolve(self, rec: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A deferred record as the emitter's "s" or "r" record (unlocked reads: dict lookups)."""
+        if rec[0] == "x":
+            return ("r", self.names[rec[1]], key_bytes(rec[2]), rec[3])
+        _, pos, key = rec
         node = self.e.index.get(key)
         parent = node.parent if node is not None and node.depth > 0 else None  # a root names the tenant's namespace
         got = self.e.slots[pos].owners.get(key)
@@ -63,7 +78,7 @@ class EngineWatch:
         if self.token_ids and node is not None:
             tokens = tuple(int(t) for t in np.frombuffer(node.tokens, "<i4"))
         pb = key_bytes(parent) if parent is not None else None
-        self.em.stored(self.names[pos], key_bytes(key), pb, self.e.block_size, got[1] if got else 0, tokens)
+        return ("s", self.names[pos], key_bytes(key), pb, self.e.block_size, got[1] if got else 0, tokens)
 
     def _reason(self, pos: int, key: Hashable) -> RemoveReason:
         node = self.e.index.get(key)
