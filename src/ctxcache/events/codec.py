@@ -142,6 +142,8 @@ class _Reader:
         start = self.pos
         self.take(n * width)
         buf = self.buf
+        if not n:
+            return ()  # an empty run is written with width 0 (codec._keys)
         return tuple(buf[i : i + width] for i in range(start, start + n * width, width))
 
     def stored(self) -> BlockStored:
@@ -260,7 +262,7 @@ def decode_events(data: bytes) -> tuple[Event, ...]:
                 stop = pos + k * width
                 if stop > end or (k and not width):
                     raise EventDecodeError("truncated event batch" if stop > end else "keys of width 0")
-                keys = tuple([buf[i : i + width] for i in range(pos, stop, width)])
+                keys = tuple([buf[i : i + width] for i in range(pos, stop, width)]) if k else ()
                 pos = stop
                 if kind == K_REMOVED:
                     out.append(BlockRemoved(keys, tier, cast(RemoveReason, REMOVE_REASONS[flag])))
