@@ -44,6 +44,7 @@ class Sink(Protocol):
 # what the engine thread deferred).
 Record = tuple[Any, ...]
 Resolve = Callable[[Record], Record]
+Runs = Callable[[Sequence[Record], int, list[Event]], int]  # events of the run at i appended; next i
 
 
 class _Chain:
@@ -80,8 +81,9 @@ class _Chain:
         return BlockStored(tuple(self.keys), self.tier, self.parent, self.block_size, self.size, toks)
 
 
-def coalesce(records: Sequence[Record], resolve: Resolve | None = None) -> list[Event]:
-    """Records in order, as few events as keep that order."""
+def coalesce(records: Sequence[Record], resolve: Resolve | None = None, runs: Runs | None = None) -> list[Event]:
+    """Records in order, as few events as keep that order. ``runs`` turns a run of deferred
+    stores ("a") into events at once; ``resolve`` turns any other deferred record into an "s"/"r"."""
     out: list[Event] = []
     chain: _Chain | None = None
     gone: tuple[str, str, list[bytes]] | None = None
@@ -94,8 +96,15 @@ def coalesce(records: Sequence[Record], resolve: Resolve | None = None) -> list[
             out.append(BlockRemoved(tuple(gone[2]), gone[0], gone[1]))  # type: ignore[arg-type]
         chain = gone = None
 
-    for rec in records:
+    i, n = 0, len(records)
+    while i < n:
+        rec = records[i]
         kind = rec[0]
+        if kind == "a" and runs is not None:
+            close()
+            i = runs(records, i, out)
+            continue
+        i += 1
         if resolve is not None and kind not in "sre":
             rec = resolve(rec)
             kind = rec[0]
@@ -134,6 +143,7 @@ class Emitter:
         self.sink_errors = 0
         self.ticks: list[Callable[[], None]] = []  # called by the thread each round (tier health)
         self.resolve: Resolve | None = None  # set by the watcher whose deferred records it resolves
+        self.runs: Runs | None = None
         # Appended by the engine thread without a lock (deque.append and popleft are atomic), drained
         # by flush: a lock per record was a fifth of the events' cost to a store.
         self._records: deque[Record] = deque()
@@ -175,7 +185,7 @@ class Emitter:
             records = [q.popleft() for _ in range(len(q))]  # what came in meanwhile waits for the next batch
             if not records:
                 return 0
-            events = tuple(coalesce(records, self.resolve))
+            events = tuple(coalesce(records, self.resolve, self.runs))
             self.seq += 1
             batch = EventBatch(self.worker, self.epoch, self.seq, events, self.clock())
             self._publish(batch)

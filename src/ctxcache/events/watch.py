@@ -15,7 +15,8 @@ reads 0, its parent None if the index dropped it too: a consumer applies the pai
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections import deque
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -23,10 +24,14 @@ import numpy as np
 from ..engine.placement import LOST
 from ..tiers.base import key_bytes
 from .emitter import Emitter
-from .model import BlockStored, RemoveReason, TierCleared
+from .model import BlockStored, Event, RemoveReason, TierCleared
 
 if TYPE_CHECKING:
     from ..engine.core import Engine
+
+
+def _kb(key: Hashable | None) -> bytes | None:
+    return None if key is None else key_bytes(key)
 
 
 class EngineWatch:
@@ -40,6 +45,8 @@ class EngineWatch:
 
     def attach(self) -> None:
         self.em.resolve = self.resolve
+        if not self.token_ids:  # with token ids, each record goes through resolve
+            self.em.runs = self.stored_run
         with self.e.lock:
             for slot in self.e.slots:
                 slot.watch = self
@@ -87,6 +94,46 @@ class EngineWatch:
         if node.tier == LOST:
             return "lost"
         return "demoted" if node.tier > pos else "replaced"
+
+    def stored_run(self, records: Sequence[tuple[Any, ...]], i: int, out: list[Event]) -> int:
+        """The deferred stores from ``records[i]`` on, to one tier: one BlockStored per chain (grown
+        at either end, as ``emitter._Chain``), in one loop. Returns the index after the run."""
+        pos, n = records[i][1], len(records)
+        # The index's and the owners' shards read inline (shardmap.index_shard / owner_shard): this
+        # loop runs once per stored block, and was most of the events' CPU.
+        nodes, owners, tier, bs = (
+            self.e.index.shards,
+            self.e.slots[pos].owners.shards,
+            self.names[pos],
+            self.e.block_size,
+        )
+        keys: deque[bytes] = deque()
+        top: Any = None  # the chain's parent key and its last key (engine form)
+        last: Any = None
+        size = 0
+        while i < n:
+            rec = records[i]
+            if rec[0] != "a" or rec[1] != pos:
+                break
+            i += 1
+            key = rec[2]
+            node = nodes[key[-1] if key.__class__ is bytes and key else hash(key) % 251].get(key)
+            parent = node.parent if node is not None and node.depth > 0 else None  # a root names the namespace
+            got = owners[hash(key) % 239].get(key)
+            kb = key if key.__class__ is bytes else key_bytes(key)
+            if keys and parent is not None and parent == last:
+                keys.append(kb)
+                last = key
+            elif keys and top is not None and key == top:
+                keys.appendleft(kb)
+                top = parent
+            else:
+                if keys:
+                    out.append(BlockStored(tuple(keys), tier, _kb(top), bs, size))
+                keys, top, last, size = deque((kb,)), parent, key, 0
+            size += got[1] if got else 0
+        out.append(BlockStored(tuple(keys), tier, _kb(top), bs, size))
+        return i
 
     # --- tier health (the emitter's thread) ------------------------------------------------------------
     def check_health(self) -> None:
