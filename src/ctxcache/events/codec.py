@@ -89,6 +89,7 @@ def encode_events(events: tuple[Event, ...]) -> bytes:
 
 
 _TAIL = struct.Struct("<IQIB")  # a BlockStored's block_size, size, key count, key width
+_KEYS = struct.Struct("<IB")  # a key run's count and width
 
 
 class _Reader:
@@ -141,6 +142,8 @@ class _Reader:
         start = self.pos
         self.take(n * width)
         buf = self.buf
+        if not n:
+            return ()  # an empty run is written with width 0 (codec._keys)
         return tuple(buf[i : i + width] for i in range(start, start + n * width, width))
 
     def stored(self) -> BlockStored:
@@ -166,7 +169,20 @@ def _removed(r: _Reader) -> BlockRemoved:
     return BlockRemoved(r.keys(), tier, cast(RemoveReason, REMOVE_REASONS[why]))
 
 
-def decode_events(data: bytes) -> tuple[Event, ...]:
+def _other(r: _Reader, kind: int) -> Event:
+    if kind == K_CLEARED:
+        return TierCleared(r.text(), r.text())
+    if kind == K_STARTED:
+        bs = r.u32()
+        return WorkerStarted(r.texts(), r.texts(), bs, r.texts())
+    if kind == K_HEARTBEAT:
+        return Heartbeat()
+    raise EventDecodeError(f"unknown event kind {kind}")
+
+
+def decode_events_reference(data: bytes) -> tuple[Event, ...]:
+    """The readable decoder, one method call per field: ``decode_events`` must agree with it on
+    every input (tests/events/test_codec_emitter.py), and the benchmark times both."""
     r = _Reader(data)
     version, n = _HEAD.unpack(r.take(_HEAD.size))
     if version != VERSION:
@@ -178,15 +194,97 @@ def decode_events(data: bytes) -> tuple[Event, ...]:
             out.append(r.stored())
         elif kind == K_REMOVED:
             out.append(_removed(r))
-        elif kind == K_CLEARED:
-            out.append(TierCleared(r.text(), r.text()))
-        elif kind == K_STARTED:
-            bs = r.u32()
-            out.append(WorkerStarted(r.texts(), r.texts(), bs, r.texts()))
-        elif kind == K_HEARTBEAT:
-            out.append(Heartbeat())
         else:
-            raise EventDecodeError(f"unknown event kind {kind}")
+            out.append(_other(r, kind))
     if r.pos != len(r.buf):
         raise EventDecodeError("trailing bytes after the last event")
+    return tuple(out)
+
+
+# BlockStored's slot setters: building one field by field is 3x its frozen __init__ (1.8 µs).
+_new = object.__new__
+_s_keys, _s_tier, _s_parent, _s_bs, _s_size, _s_tokens = (
+    getattr(BlockStored, f).__set__ for f in ("keys", "tier", "parent", "block_size", "size", "token_ids")
+)
+
+
+def _name(names: dict[bytes, str], raw: bytes) -> str:
+    try:
+        name = names[raw] = raw.decode()
+    except UnicodeDecodeError:
+        raise EventDecodeError("an event string is not UTF-8") from None
+    return name
+
+
+def _fail(buf: bytes, pos: int) -> EventDecodeError:
+    return EventDecodeError("truncated event batch" if pos > len(buf) else "trailing bytes after the last event")
+
+
+def _head(buf: bytes) -> int:
+    if len(buf) < _HEAD.size:
+        raise EventDecodeError("truncated event batch")
+    version, n = _HEAD.unpack_from(buf, 0)
+    if version != VERSION:
+        raise EventDecodeError(f"event batch version {version}; this ctxcache reads {VERSION}")
+    return cast(int, n)
+
+
+def decode_events(data: bytes) -> tuple[Event, ...]:
+    """``decode_events_reference`` unrolled for the hot kinds (BlockStored, BlockRemoved): fields
+    read into locals, a key run cut by one comprehension; bounds checked per key run and at the end."""
+    buf = bytes(data)
+    end, n = len(buf), _head(buf)
+    pos, tail = _HEAD.size, _TAIL.size
+    names: dict[bytes, str] = {}
+    out: list[Event] = []
+    try:
+        for _ in range(n):
+            kind = buf[pos]
+            if kind in (K_STORED, K_REMOVED):
+                ln = buf[pos + 1]
+                raw = buf[pos + 2 : pos + 2 + ln]
+                tier = names.get(raw) or _name(names, raw)
+                pos += 2 + ln
+                flag = buf[pos]
+                if kind == K_REMOVED:
+                    if flag >= len(REMOVE_REASONS):
+                        raise EventDecodeError(f"unknown remove reason {flag}")
+                    k, width = _KEYS.unpack_from(buf, pos + 1)
+                    pos += 1 + _KEYS.size
+                else:
+                    parent = None
+                    if flag & F_PARENT:
+                        ln = buf[pos + 1]
+                        parent = buf[pos + 2 : pos + 2 + ln]
+                        pos += 1 + ln
+                    block_size, size, k, width = _TAIL.unpack_from(buf, pos + 1)
+                    pos += 1 + tail
+                stop = pos + k * width
+                if stop > end or (k and not width):
+                    raise EventDecodeError("truncated event batch" if stop > end else "keys of width 0")
+                keys = tuple([buf[i : i + width] for i in range(pos, stop, width)]) if k else ()
+                pos = stop
+                if kind == K_REMOVED:
+                    out.append(BlockRemoved(keys, tier, cast(RemoveReason, REMOVE_REASONS[flag])))
+                    continue
+                tokens = None
+                if flag & F_TOKENS:
+                    (nt,) = _U32.unpack_from(buf, pos)
+                    pos += 4 + 4 * nt
+                    if pos > end:
+                        raise EventDecodeError("truncated event batch")
+                    tokens = tuple(array("i", buf[pos - 4 * nt : pos]))
+                ev = _new(BlockStored)  # frozen: its __init__ sets each field through object.__setattr__
+                _s_keys(ev, keys), _s_tier(ev, tier), _s_parent(ev, parent)
+                _s_bs(ev, block_size), _s_size(ev, size), _s_tokens(ev, tokens)
+                out.append(ev)
+            else:  # rare kinds: the reference reader from here
+                r = _Reader(buf)
+                r.pos = pos + 1
+                out.append(_other(r, kind))
+                pos = r.pos
+    except (IndexError, struct.error):
+        raise EventDecodeError("truncated event batch") from None
+    if pos != end:
+        raise _fail(buf, pos)
     return tuple(out)

@@ -30,17 +30,22 @@ class WorkerView:
     started: WorkerStarted | None = None
 
     def apply(self, events: tuple[Event, ...]) -> None:
+        tiers = self.tiers
         for ev in events:
             if isinstance(ev, BlockStored):
-                self.tiers.setdefault(ev.tier, set()).update(ev.keys)
+                held = tiers.get(ev.tier)
+                if held is None:  # not setdefault: that builds an empty set for every event
+                    held = tiers[ev.tier] = set()
+                held.update(ev.keys)
             elif isinstance(ev, BlockRemoved):
-                held = self.tiers.get(ev.tier)
+                held = tiers.get(ev.tier)
                 if held:
                     held.difference_update(ev.keys)
             elif isinstance(ev, TierCleared):
-                self.tiers.pop(ev.tier, None)
+                tiers.pop(ev.tier, None)
             elif isinstance(ev, WorkerStarted):
                 self.started, self.tiers = ev, {}
+                tiers = self.tiers
 
     def blocks(self) -> int:
         return sum(len(s) for s in self.tiers.values())

@@ -38,6 +38,8 @@ PREFIX = "ctxcache:ev:"
 WORKER_ID = re.compile(r"^[A-Za-z0-9._:@/-]{1,128}$")
 PIPELINE = 64  # batches per XADD pipeline
 RETRY_S = 0.5  # between reconnect attempts while Redis is down
+REGISTER_S = 0.25  # the registry's time for this worker is refreshed at most this often (consumers
+# forget a worker after missed heartbeats, seconds): not once per batch, which cost a command each
 
 
 def check_worker(worker: str) -> str:
@@ -96,6 +98,7 @@ class StreamsPublisher:
         self._cond = threading.Condition()
         self._resync = True  # the first snapshot goes out with the first write
         self._snap_at = 0.0
+        self._registered = 0.0  # monotonic time of the last registry write
         self._down_since: float | None = None
         self._stop = False
         self._thread = threading.Thread(target=self._run, name=f"ctxcache-events-{worker}", daemon=True)
@@ -169,12 +172,22 @@ class StreamsPublisher:
         return self._resync or (self.view.seq > 0 and time.monotonic() >= self._snap_at)
 
     def _write(self, todo: list[EventBatch]) -> None:
-        pipe = self.client.pipeline(transaction=False)
-        for b in todo:
+        now = time.monotonic()
+        register = now - self._registered >= REGISTER_S
+        if len(todo) == 1 and not register:  # the common case under steady load: one command, no pipeline
+            b = todo[0]
             fields = {"q": b.seq, "e": b.epoch, "t": repr(b.ts), "v": encode_events(b.events)}
-            pipe.xadd(self.stream, fields, maxlen=self.maxlen, approximate=True)
-        pipe.zadd(registry_key(self.prefix), {self.worker: time.time()})
-        ids = pipe.execute()
+            ids = [self.client.xadd(self.stream, fields, maxlen=self.maxlen, approximate=True)]
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            for b in todo:
+                fields = {"q": b.seq, "e": b.epoch, "t": repr(b.ts), "v": encode_events(b.events)}
+                pipe.xadd(self.stream, fields, maxlen=self.maxlen, approximate=True)
+            if register:
+                pipe.zadd(registry_key(self.prefix), {self.worker: time.time()})
+            ids = pipe.execute()
+            if register:
+                self._registered = now
         with self._cond:
             for _ in todo:
                 self._q.popleft()

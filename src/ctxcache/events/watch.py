@@ -4,32 +4,49 @@ events on an Emitter, and watches each tier's health (a tier lost, a tier back).
 A write queued to a slow tier is announced when it lands (``landed``, from the mover), not when
 queued: a consumer that reads "stored in redis" may fetch the block at once. Everything else is
 announced as the slot records it (``admitted``, ``left``), under the engine's lock.
+
+The engine thread only appends ``("a", pos, key)`` (stored) or ``("x", pos, key, reason)``
+(removed; the reason is read now, while the placement that explains it is current) to the
+emitter's queue. Tier names, key bytes, the parent key, the size and the token ids are looked up
+by ``resolve`` on the emitter's thread at flush, ``flush_s`` later: a block's parent and tokens
+never change, and one that left meanwhile has its removal queued right after it (its size then
+reads 0, its parent None if the index dropped it too: a consumer applies the pair as a no-op).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import TYPE_CHECKING, cast
+from collections import deque
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from ..engine.placement import LOST
 from ..tiers.base import key_bytes
 from .emitter import Emitter
-from .model import BlockStored, RemoveReason, TierCleared
+from .model import BlockStored, Event, RemoveReason, TierCleared
 
 if TYPE_CHECKING:
     from ..engine.core import Engine
+
+
+def _kb(key: Hashable | None) -> bytes | None:
+    return None if key is None else key_bytes(key)
 
 
 class EngineWatch:
     def __init__(self, engine: Engine, emitter: Emitter, *, token_ids: bool = False) -> None:
         self.e, self.em, self.token_ids = engine, emitter, token_ids
         self.names = [s.name for s in engine.slots]
+        self.slow = [s.slow for s in engine.slots]
         self._healthy = [s.tier.healthy for s in engine.slots]
         self.lost = self.recovered = 0
+        self._add = emitter._add
 
     def attach(self) -> None:
+        self.em.resolve = self.resolve
+        if not self.token_ids:  # with token ids, each record goes through resolve
+            self.em.runs = self.stored_run
         with self.e.lock:
             for slot in self.e.slots:
                 slot.watch = self
@@ -42,20 +59,25 @@ class EngineWatch:
 
     # --- Watcher -------------------------------------------------------------------------------------
     def admitted(self, pos: int, key: Hashable) -> None:
-        if self.e.slots[pos].slow:
+        if self.slow[pos]:
             m = self.e.placement.mover.pending.get(key)
             if m is not None and m.dst == pos:
                 return  # announced when it lands
-        self._stored(pos, key)
+        self._add(("a", pos, key))
 
     def landed(self, pos: int, key: Hashable) -> None:
-        self._stored(pos, key)
+        self._add(("a", pos, key))
 
     def left(self, pos: int, key: Hashable) -> None:
         reason = cast(RemoveReason, self.e.leaving) if self.e.leaving else self._reason(pos, key)
-        self.em.removed(self.names[pos], key_bytes(key), reason)
+        self._add(("x", pos, key, reason))
 
-    def _stored(self, pos: int, key: Hashable) -> None:
+    # --- the emitter's thread ------------------------------------------------------------------------
+    def resolve(self, rec: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A deferred record as the emitter's "s" or "r" record (unlocked reads: dict lookups)."""
+        if rec[0] == "x":
+            return ("r", self.names[rec[1]], key_bytes(rec[2]), rec[3])
+        _, pos, key = rec
         node = self.e.index.get(key)
         parent = node.parent if node is not None and node.depth > 0 else None  # a root names the tenant's namespace
         got = self.e.slots[pos].owners.get(key)
@@ -63,7 +85,7 @@ class EngineWatch:
         if self.token_ids and node is not None:
             tokens = tuple(int(t) for t in np.frombuffer(node.tokens, "<i4"))
         pb = key_bytes(parent) if parent is not None else None
-        self.em.stored(self.names[pos], key_bytes(key), pb, self.e.block_size, got[1] if got else 0, tokens)
+        return ("s", self.names[pos], key_bytes(key), pb, self.e.block_size, got[1] if got else 0, tokens)
 
     def _reason(self, pos: int, key: Hashable) -> RemoveReason:
         node = self.e.index.get(key)
@@ -72,6 +94,46 @@ class EngineWatch:
         if node.tier == LOST:
             return "lost"
         return "demoted" if node.tier > pos else "replaced"
+
+    def stored_run(self, records: Sequence[tuple[Any, ...]], i: int, out: list[Event]) -> int:
+        """The deferred stores from ``records[i]`` on, to one tier: one BlockStored per chain (grown
+        at either end, as ``emitter._Chain``), in one loop. Returns the index after the run."""
+        pos, n = records[i][1], len(records)
+        # The index's and the owners' shards read inline (shardmap.index_shard / owner_shard): this
+        # loop runs once per stored block, and was most of the events' CPU.
+        nodes, owners, tier, bs = (
+            self.e.index.shards,
+            self.e.slots[pos].owners.shards,
+            self.names[pos],
+            self.e.block_size,
+        )
+        keys: deque[bytes] = deque()
+        top: Any = None  # the chain's parent key and its last key (engine form)
+        last: Any = None
+        size = 0
+        while i < n:
+            rec = records[i]
+            if rec[0] != "a" or rec[1] != pos:
+                break
+            i += 1
+            key = rec[2]
+            node = nodes[key[-1] if key.__class__ is bytes and key else hash(key) % 251].get(key)
+            parent = node.parent if node is not None and node.depth > 0 else None  # a root names the namespace
+            got = owners[hash(key) % 239].get(key)
+            kb = key if key.__class__ is bytes else key_bytes(key)
+            if keys and parent is not None and parent == last:
+                keys.append(kb)
+                last = key
+            elif keys and top is not None and key == top:
+                keys.appendleft(kb)
+                top = parent
+            else:
+                if keys:
+                    out.append(BlockStored(tuple(keys), tier, _kb(top), bs, size))
+                keys, top, last, size = deque((kb,)), parent, key, 0
+            size += got[1] if got else 0
+        out.append(BlockStored(tuple(keys), tier, _kb(top), bs, size))
+        return i
 
     # --- tier health (the emitter's thread) ------------------------------------------------------------
     def check_health(self) -> None:
