@@ -37,7 +37,8 @@ ORDER_SHARDS = 1021
 
 # One selector per owner of a map of every block. The bodies are the expressions hot paths inline.
 def index_shard(key: object) -> int:
-    """The index's node map (and the lookup walk over it)."""
+    """The index's node map (and the lookup walk over it). events/watch.py's stored_run inlines
+    this and owner_shard (its per-block loop): change them together."""
     return key[-1] if key.__class__ is bytes and key else hash(key) % 251  # type: ignore[index]
 
 
