@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,41 +22,16 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM lives in .venv-vllm: run `make test-vllm`")
 
+from .server_util import SRC  # noqa: E402
+from .server_util import model_dir as _model_dir  # noqa: E402
+from .server_util import tokens as _tokens  # noqa: E402
+from .server_util import wait_for_memory as _wait_for_memory  # noqa: E402
+
 BLOCK = 128  # vLLM's block size, pinned (CPU's default; CUDA's is 16); the connector's default ctxcache block size
-SRC = Path(__file__).resolve().parents[3] / "src"
-
-
-def _model_dir() -> str:
-    env = os.environ.get("CTXCACHE_VLLM_MODEL")
-    if env:
-        return env
-    home = Path(os.environ.get("CTXCACHE_HOME", Path.home() / ".cache" / "ctxcache"))
-    found = sorted(p.parent for p in (home / "models").glob("*/ctxcache-model.json"))
-    if not found:
-        pytest.fail("no prepared model: set CTXCACHE_VLLM_MODEL or run `make test-vllm` (it prepares it)")
-    return str(found[0])
-
-
-def _tokens(seed: int, n: int) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(1000, 20000) for _ in range(n)]
-
-
 P = [2, *_tokens(1, 1999)]  # 15 whole blocks + 80 tokens
 S = _tokens(2, 200)
 Q = [2, *_tokens(3, 999)]  # 7 whole blocks + 104 tokens
 CORRUPT_Q_BLOCK = 3
-
-
-def _wait_for_memory(gib: float = 6.0, timeout: float = 900.0) -> None:
-    """The machine is shared: start an engine (4.4-5.7 GB) only when it fits."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with open("/proc/meminfo") as f:
-            avail = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable")) / 2**20
-        if avail >= gib:
-            return
-        time.sleep(5)
 
 
 def run_engine(tmp: Path, name: str, requests: list[dict[str, Any]], connector: dict[str, Any] | None) -> Any:
