@@ -38,10 +38,12 @@ chromium:
 # $CTXCACHE_HOME, sharing the converted model (tests/conftest.py). PYTEST_WORKERS=0: one process.
 # The cores this process may use (nproc), at most 4: each worker loads torch and the model, and
 # "auto" would count a big host's CPUs inside a small container. A test that hangs fails after
-# 10 minutes with every thread's stack (pytest-timeout, pyproject.toml) instead of stalling CI.
+# 10 minutes with every thread's stack (pytest-timeout, pyproject.toml) instead of stalling CI, a
+# worker that does not exit is ended 120 s after its last result (tests/conftest.py), and the whole
+# run is bounded at 30 minutes (~7 on two idle cores).
 PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 test: lint redis-server chromium
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --durations=15
+	timeout -k 30 1800 $(BIN)/pytest -n $(PYTEST_WORKERS) --durations=15
 
 # The deterministic simulation of the engine (docs/testing.md): SEED=n replays seed n exactly and,
 # when it fails, prints the seed's setup and its shrunk action list (KEEP=i,j,...: only those

@@ -273,3 +273,16 @@ def _report_leaked_threads(request: pytest.FixtureRequest) -> Iterator[None]:
         names = ", ".join(sorted(f"{t.name}{'' if t.daemon else ' (non-daemon)'}" for t in left))
         with open(out, "a") as f:
             f.write(f"{request.node.nodeid}\t{len(left)}\t{names}\n")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A process that has reported every result but does not exit (a pool's thread joined at exit,
+    a C call that never returns) would hold CI until its limit: after 120 s, print every thread's
+    stack and exit with status 1. A process that exits normally never reaches the timer. Only in
+    an xdist run (`make test`): mutmut and other tools call pytest in a process that goes on."""
+    import faulthandler
+    import sys
+
+    if not (os.environ.get("PYTEST_XDIST_WORKER") or getattr(config.option, "numprocesses", None)):
+        return
+    faulthandler.dump_traceback_later(120, exit=True, file=sys.__stderr__)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import redis
 
 from ctxcache.events import BlockRemoved, BlockStored, EventBatch, TierCleared, WorkerStarted
@@ -29,9 +30,21 @@ def started(store: str = STORE) -> WorkerStarted:
     return WorkerStarted(("memory", "redis"), ("redis",), 32, (store,))
 
 
+_PUBLISHERS: list[StreamsPublisher] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_publishers():
+    """A publisher left running outlives the session's redis-server and logs into later output."""
+    yield
+    while _PUBLISHERS:
+        _PUBLISHERS.pop().close()
+
+
 class Worker:
     def __init__(self, client, name: str, epoch: str = "e1") -> None:
         self.pub = StreamsPublisher(client, name, prefix="rf:")
+        _PUBLISHERS.append(self.pub)
         self.name, self.epoch, self.seq = name, epoch, 0
 
     def send(self, *events) -> None:
