@@ -114,4 +114,11 @@ FIXED: dict[str, tuple[int, list[Action]]] = {
         ("step", 3, 763413043, [("store", "b", 0, 2)]), ("store", "c", 0, 1), ("faults", 0, 1.0, 1.0),
         ("erase", "b"), ("store", "c", 3, 0), ("drain",),
     ]),
+    # a store repairing a lost block made room by evicting that block's only child, which pruned the
+    # lost block from the index; the store re-placed the removed node and the next block's insert
+    # raised KeyError (the user's store failed). Found by `make simtest MINUTES=28`
+    "repaired_block_pruned_by_its_room": (100624, [
+        ("store", "b", 1, 0), ("restart",), ("lookup", "b", 4, True), ("corrupt", 0, 43), ("store", "c", 1, 2),
+        ("release", 6), ("step", 3, 211412815, [("store", "b", 3, 2)]),
+    ]),
 }  # fmt: skip

@@ -145,6 +145,8 @@ def _place(
                 if not e.placement.room(0, size, ns.tenant):
                     c.rejected += n - i
                     break
+                if node is not None and index.get(keys[i]) is not node:
+                    node = None  # a lost block the room-making pruned (its child evicted): insert it anew
                 if node is None:
                     node = index.insert(keys[i], parent, tokens, i, tag=ns.tenant)
                     e.placement.erased.discard(node.key)  # stored anew: any kept old blob is overwritten
