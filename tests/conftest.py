@@ -250,9 +250,9 @@ def _restore_ctxcache_logger() -> Iterator[None]:
 
 # --- leaked threads -------------------------------------------------------------------------------
 # A thread a test leaves running outlives the servers its fixtures stop: it logs into later tests'
-# output, holds sockets and files, and one blocked in a pool's task keeps the xdist worker from
-# exiting (CI once sat at 87 % until its 90 minutes ran out). CTXCACHE_THREAD_LEAKS=<file> appends
-# each test's leftover threads there (a survey); the threads themselves are left alone.
+# output (CI's log, once), holds sockets and files, and one blocked in a pool's task would keep its
+# process from exiting. CTXCACHE_THREAD_LEAKS=<file> appends each test's leftover threads there (a
+# survey); the threads themselves are left alone.
 @pytest.fixture(autouse=True)
 def _report_leaked_threads(request: pytest.FixtureRequest) -> Iterator[None]:
     out = os.environ.get("CTXCACHE_THREAD_LEAKS")
