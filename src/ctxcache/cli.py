@@ -18,6 +18,7 @@ from rich.table import Table
 from . import __version__
 from .cache import ContextCache
 from .cli_cache import cache_app
+from .cli_replicate import replicate
 from .errors import CtxCacheError
 from .observability.cli import register as register_observability
 from .policies import policy_names
@@ -28,6 +29,7 @@ from .sim.traces import MOONCAKE_BLOCK, count_lines, default_trace, read_mooncak
 
 app = typer.Typer(add_completion=False, help="ctxcache: a dynamic context (KV) cache for LLM inference.")
 app.add_typer(cache_app, name="cache")
+app.command()(replicate)
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
 

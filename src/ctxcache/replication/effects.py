@@ -77,6 +77,7 @@ class Follower:
         self.pos = 0
         self.applied = 0
         self.errors = 0
+        self.caught_up = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -107,6 +108,7 @@ class Follower:
                     seq = s
         self.pos = head
         self.own.set_follow_pos(self.worker, head)
+        self.caught_up = True
         return n
 
     def _effect(self, u: Update) -> None:
@@ -140,11 +142,13 @@ class Follower:
     def submit(self, kind: str, target: str, value: Any = None) -> None:
         self.own.submit(kind, target, value)
 
-    def start(self, interval: float = 0.05) -> None:
+    def start(self, interval: float = 0.05, caught_up: bool = False) -> None:
+        self.caught_up = self.caught_up or caught_up
+
         def loop() -> None:
             while not self._stop.is_set():
                 try:
-                    n = self.poll()
+                    n = self.poll() if self.caught_up else self.catch_up()
                 except LinkDown:
                     n = 0
                     self._stop.wait(1.0)

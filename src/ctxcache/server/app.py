@@ -20,6 +20,8 @@ from .. import __version__
 from ..events.runtime import EventsConfig, start_events
 from ..observability.events import EventsCollector
 from ..observability.service import ObsConfig, Observability
+from ..replication.config import ReplicationConfig
+from ..replication.metrics import FollowerCollector
 from .config import ServerConfig
 from .deps import APIError, describe_validation, error_response, invalid_field, tenant_for, unsupported_field
 from .guards import RequestGuard
@@ -30,6 +32,7 @@ from .routes_admin import router as admin_router
 from .routes_anthropic import router as anthropic_router
 from .routes_obs import router as obs_router
 from .routes_openai import router as openai_router
+from .routes_regions import router as regions_router
 from .routes_text import router as text_router
 from .routes_text import tools as token_router
 from .schemas import ModelCard, ModelList
@@ -89,6 +92,8 @@ def _lifespan(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await state.worker.start()
+        if app.state.replication_config is not None:  # before serving: apply what was missed while down
+            app.state.replication = await asyncio.to_thread(_start_replication, app, state)
         if app.state.events_config is not None:  # KV events (docs/events.md): off without a Redis tier
             app.state.events = start_events(state.lm.cache, app.state.events_config)
         background = [asyncio.create_task(_sweep(state)), asyncio.create_task(_tick(observability))]
@@ -103,6 +108,9 @@ def _lifespan(
             if app.state.events is not None:
                 app.state.events.close()
                 app.state.events = None
+            if app.state.replication is not None:
+                app.state.replication.close()
+                app.state.replication = None
             await state.worker.stop()
             for lane in (state.tokenizer, state.tokenizer_large):
                 lane.shutdown(wait=False, cancel_futures=True)
@@ -111,6 +119,17 @@ def _lifespan(
                 app.state.semantic.close()
 
     return lifespan
+
+
+def _start_replication(app: FastAPI, state: ServerState) -> Any:
+    from ..events.runtime import default_worker
+    from ..replication.config import WorkerReplication
+
+    cfg = app.state.replication_config
+    rep = WorkerReplication(app.state.obs.cache, cfg, cfg.worker or default_worker(),
+                            getattr(app.state, "semantic", None))  # fmt: skip
+    rep.start()
+    return rep
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -140,6 +159,7 @@ def _include_routers(app: FastAPI, cfg: ServerConfig, state: ServerState) -> Non
     app.include_router(text_router)
     app.include_router(token_router)
     app.include_router(admin_router)
+    app.include_router(regions_router)
     app.include_router(obs_router)
     if cfg.semantic.get("tenants"):  # opt-in: see routes_semantic.py
         from .routes_semantic import build_semantic, install
@@ -167,6 +187,10 @@ def create_app(
     app.state.obs = observability
     app.state.events_config, app.state.events = EventsConfig.from_dict(cfg.events), None
     state.metrics.registry.register(EventsCollector(lambda: app.state.events))
+    app.state.replication_config, app.state.replication = ReplicationConfig.from_dict(cfg.replication), None
+    state.metrics.registry.register(
+        FollowerCollector(lambda: app.state.replication.status() if app.state.replication is not None else None)
+    )
     app.add_middleware(_Stamp, metrics=state.metrics)
     app.add_middleware(RequestGuard, max_body_bytes=int(cfg.max_body_bytes))  # outermost
 

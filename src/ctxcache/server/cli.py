@@ -172,6 +172,8 @@ def _run(lm: Any, cache: ContextCache, cfg: ServerConfig, model_id: str, host: s
     from .memtrace import start_from_env as start_memtrace
 
     cfg.events.setdefault("worker", default_worker(port))  # the id other workers and routers see
+    if cfg.replication:
+        cfg.replication.setdefault("worker", cfg.events["worker"])
     app = create_app(lm, cfg, model_id=model_id)
     start_memtrace(cache)  # only with CTXCACHE_MEMTRACE set (server/memtrace.py)
     shown = f"[{host}]" if ":" in host else host

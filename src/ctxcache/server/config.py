@@ -46,6 +46,9 @@ tenants = ["team-a"]
 [events]                  # KV events on Redis Streams, see docs/events.md (default: on with a Redis tier)
 token_ids = false
 
+[replication]             # metadata shared with other regions, see docs/regions.md (default: off)
+region = "eu"             # this region's name; url defaults to the first Redis tier's
+
 [admin]                   # opens every /v1/admin route and the dashboard's tenant table, as do
                           # [cache.tenancy] admin_keys and env CTXCACHE_ADMIN_KEY (any of them);
                           # none configured: admin routes answer 403
@@ -95,6 +98,7 @@ class ServerConfig:
     semantic: dict[str, Any] = field(default_factory=dict)  # validated by server/routes_semantic.py
     admin: dict[str, Any] = field(default_factory=dict)  # {"key": ...}, see server/routes_admin.py
     events: dict[str, Any] = field(default_factory=dict)  # KV events: docs/events.md (events/runtime.py checks it)
+    replication: dict[str, Any] = field(default_factory=dict)  # regions: docs/regions.md (replication/config.py)
     file_cache_keys: frozenset[str] = field(default=frozenset(), init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -140,6 +144,9 @@ class ServerConfig:
         from ..events.runtime import EventsConfig
 
         EventsConfig.from_dict(self.events)  # a bad [events] table fails at startup
+        from ..replication.config import ReplicationConfig
+
+        ReplicationConfig.from_dict(self.replication)
         admin = {os.environ.get("CTXCACHE_ADMIN_KEY"), self.admin.get("key"), self.observability.admin_key}
         shared = sorted({self.api_keys[k] for k in admin & set(self.api_keys) if isinstance(k, str)})
         if shared:  # that tenant would open the admin routes and the dashboard's tenant table
@@ -173,9 +180,10 @@ _SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {
     "semantic",
     "admin",
     "events",
+    "replication",
     "file_cache_keys",
 }
-_TABLES = ["admin", "api_keys", "cache", "events", "observability", "semantic", "server"]
+_TABLES = ["admin", "api_keys", "cache", "events", "observability", "replication", "semantic", "server"]
 
 
 def load_server_config(source: str | os.PathLike[str] | Mapping[str, Any] | None = None) -> ServerConfig:
@@ -204,8 +212,9 @@ def load_server_config(source: str | os.PathLike[str] | Mapping[str, Any] | None
     keys = data.get("api_keys", {})
     cache = data.get("cache", {})
     semantic, admin, events = data.get("semantic", {}), data.get("admin", {}), data.get("events", {})
-    if not all(isinstance(t, Mapping) for t in (keys, cache, semantic, admin, events)):
-        raise ConfigError("[api_keys], [cache], [semantic], [admin] and [events] must be tables")
+    replication = data.get("replication", {})
+    if not all(isinstance(t, Mapping) for t in (keys, cache, semantic, admin, events, replication)):
+        raise ConfigError("[api_keys], [cache], [semantic], [admin], [events] and [replication] must be tables")
     obs = obs_config_from(data.get("observability", {}))
     if "admin_key" in data.get("observability", {}):
         log.warning(
@@ -221,6 +230,7 @@ def load_server_config(source: str | os.PathLike[str] | Mapping[str, Any] | None
             semantic=dict(semantic),
             admin=dict(admin),
             events=dict(events),
+            replication=dict(replication),
         )
     except TypeError as exc:
         raise ConfigError(f"[server]: {exc}") from None

@@ -88,7 +88,11 @@ async def erase_tenant(tenant: str, request: Request) -> dict[str, Any]:
     _known(request, tenant)
     state = request.app.state.ctx
     state.pins.clear_tenant(tenant)  # cache_control pins would keep its blocks in use
-    return _merged([await asyncio.to_thread(c.erase_tenant, tenant) for c in _caches(request)])
+    out = _merged([await asyncio.to_thread(c.erase_tenant, tenant) for c in _caches(request)])
+    from .routes_regions import submit  # every region erases it too (docs/regions.md)
+
+    rep = await submit(request, "erase_tenant", tenant)
+    return out if rep is None else {**out, "replication": rep}
 
 
 @router.post("/cache/flush", dependencies=[Depends(require_admin)])

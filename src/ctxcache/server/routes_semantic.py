@@ -38,6 +38,7 @@ from ..observability.exporter import SemanticCollector
 from ..semantic import DEFAULT_THRESHOLD, EntryStore, HashingEmbedder, SemanticCache
 from .deps import APIError
 from .routes_admin import require_admin
+from .routes_regions import submit
 from .semantic_hook import SemanticMiddleware, Settings
 
 if TYPE_CHECKING:
@@ -168,7 +169,9 @@ async def delete_entry(request: Request, entry_id: str) -> dict[str, Any]:
     (false while its delete is pending: the store retries it)."""
     cache = _cache(request)
     entry = _entry(cache, entry_id)
-    return {**await asyncio.to_thread(_erase_one, cache, entry.id), "id": entry_id}
+    out = {**await asyncio.to_thread(_erase_one, cache, entry.id), "id": entry_id}
+    rep = await submit(request, "sem_erase", entry.id)  # and in every region
+    return out if rep is None else {**out, "replication": rep}
 
 
 @router.delete("/tenants/{tenant}/entries")
@@ -183,4 +186,6 @@ async def feedback(request: Request, entry_id: str, body: Feedback) -> dict[str,
     """Whether a hit served at ``similarity`` was right: tightens (or, with evidence, loosens) its threshold."""
     cache = _cache(request)
     entry = _entry(cache, entry_id)
-    return {"id": entry_id, "threshold": cache.feedback(entry.id, body.similarity, body.correct)}
+    out = {"id": entry_id, "threshold": cache.feedback(entry.id, body.similarity, body.correct)}
+    rep = await submit(request, "sem_feedback", entry.id, body.correct)  # wrong: erased in every region
+    return out if rep is None else {**out, "replication": rep}
