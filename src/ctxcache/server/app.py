@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
+from ..errors import ConfigError
 from ..events.runtime import EventsConfig, start_events
 from ..observability.events import EventsCollector
 from ..observability.service import ObsConfig, Observability
@@ -188,6 +189,9 @@ def create_app(
     app.state.events_config, app.state.events = EventsConfig.from_dict(cfg.events), None
     state.metrics.registry.register(EventsCollector(lambda: app.state.events))
     app.state.replication_config, app.state.replication = ReplicationConfig.from_dict(cfg.replication), None
+    if app.state.replication_config is not None and app.state.replication_config.url is None:
+        if not any(t.kind == "redis" for t in lm.cache.tiers):
+            raise ConfigError('[replication] needs url = "redis://..." (there is no Redis tier to take it from)')
     state.metrics.registry.register(
         FollowerCollector(lambda: app.state.replication.status() if app.state.replication is not None else None)
     )

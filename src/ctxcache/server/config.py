@@ -146,7 +146,10 @@ class ServerConfig:
         EventsConfig.from_dict(self.events)  # a bad [events] table fails at startup
         from ..replication.config import ReplicationConfig
 
-        ReplicationConfig.from_dict(self.replication)
+        rep = ReplicationConfig.from_dict(self.replication)
+        tiers = self.cache_config.get("tiers")  # None: the app's own cache, checked by create_app
+        if rep is not None and rep.url is None and tiers is not None and not _has_redis(tiers):
+            raise ConfigError("[replication] needs url = \"redis://...\" (there is no Redis tier to take it from)")
         admin = {os.environ.get("CTXCACHE_ADMIN_KEY"), self.admin.get("key"), self.observability.admin_key}
         shared = sorted({self.api_keys[k] for k in admin & set(self.api_keys) if isinstance(k, str)})
         if shared:  # that tenant would open the admin routes and the dashboard's tenant table
@@ -171,6 +174,10 @@ class ServerConfig:
         cc = dict(self.cache_config)
         cc.setdefault("model", model_fingerprint)
         return cc
+
+
+def _has_redis(tiers: Any) -> bool:
+    return isinstance(tiers, list) and any(isinstance(t, Mapping) and t.get("kind") == "redis" for t in tiers)
 
 
 _SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {
