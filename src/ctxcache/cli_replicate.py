@@ -85,7 +85,7 @@ def replicate(
         from prometheus_client import CollectorRegistry, start_http_server
 
         registry = CollectorRegistry()
-        registry.register(ReplicatorCollector(svc.status))
+        registry.register(ReplicatorCollector(lambda: svc.status(digest=False)))
         start_http_server(metrics_port, addr=metrics_host, registry=registry)
     worker = threading.Thread(target=svc.run, args=(stop,), name="ctxcache-replicator", daemon=True)
     worker.start()

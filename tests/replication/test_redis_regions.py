@@ -157,3 +157,54 @@ def test_a_peer_further_behind_than_the_log_keeps_is_healed_by_a_full_sync(redis
         a.close()
         b.close()
         ab.close()
+
+
+@pytest.fixture
+def three(redis_factory):
+    servers = {n: redis_factory() for n in "abc"}
+    links = {(n, p): LinkProxy(servers[p].port) for n in "abc" for p in "abc" if n != p}
+    regions = [Region(n, servers[n], {p: links[(n, p)].url for p in "abc" if p != n}) for n in "abc"]
+    yield regions, links
+    for r in regions:
+        r.close()
+    for link in links.values():
+        link.close()
+
+
+def test_concurrent_ttls_invalidations_and_pins_in_three_regions_converge(three):
+    regions, links = three
+    a, b, c = regions
+    prompts = {r.name: prompt_of(10 + i) for i, r in enumerate(regions)}
+    for r in regions:  # every region holds every region's prompt
+        for p in prompts.values():
+            ask(r.worker, "acme", p)
+    settle(regions)
+    for link in links.values():
+        link.cut()
+    root = {n: a.worker.prompt(p, "acme").keys()[1] for n, p in prompts.items()}  # block 1: blocks 1.. go
+    pin_key = a.worker.prompt(prompts["a"], "acme").keys()[0]
+    for r, ttl in zip(regions, (300.0, 60.0, None)):  # the same tenant, three TTLs at once
+        r.follower.submit("ttl", "acme", ttl)
+        r.follower.submit("invalidate", root[r.name].hex())  # each withdraws its own document
+    a.follower.submit("pin", pin_key.hex(), True)
+    c.follower.submit("pin", pin_key.hex(), False)
+    settle(regions)
+    assert len({r.rep.state.digest() for r in regions}) == 3  # cut off: each has only its own
+    for link in links.values():
+        link.heal()
+    settle(regions)
+    meta = [r.rep.state.metadata() for r in regions]
+    assert meta[0] == meta[1] == meta[2]
+    assert len({r.rep.state.digest() for r in regions}) == 1
+    ks = a.rep.state.keys
+    assert ks["t:acme"].value("ttl") == 60.0  # the shortest of the concurrent three
+    assert ks[f"p:{pin_key.hex()}"].value("pin") is False  # concurrent pin and unpin: unpinned
+    assert sum(a.rep.state.conflicts.values()) > 0
+    for r in regions:
+        assert r.worker.pinned_prefixes() == []
+        held = set(r.shared.tiers[0].stored_keys_of(b"acme") or [])
+        for n, p in prompts.items():
+            keys = r.worker.prompt(p, "acme").keys()
+            assert keys[0] in held and not held & set(keys[1:]), (r.name, n)  # block 0 stays, 1.. gone
+            assert keys[1] not in r.worker.index
+        assert r.worker.tenancy.tenants["acme"].ttl == 60.0

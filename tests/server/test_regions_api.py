@@ -4,6 +4,8 @@ answer is a 503 after the local effect (retrying is safe)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from ctxcache import ContextCache
@@ -70,9 +72,16 @@ def test_erasure_invalidation_ttl_and_pins_are_submitted_to_the_region(redis_url
                        ("pin", "cd" * 16, True), ("pin", "cd" * 16, False)]  # fmt: skip
         # the region's replicator stamps them; this worker's follower applies them and reports
         Replicator("a", RedisLog(redis_url, "a"), {}).step()
-        status = c.get("/v1/admin/replication", params={"tenant": "acme"}, headers=ADMIN).json()
-        assert any(k.endswith(" replicator") for k in status["results"])
+        deadline = time.monotonic() + 10
+        while True:
+            status = c.get("/v1/admin/replication", params={"tenant": "acme"}, headers=ADMIN).json()
+            if len(status["results"]) == 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        erase, ttl = sorted(status["results"].values(), key=lambda v: "ttl" in v)
+        assert erase["verified"] and ttl["ttl"] == 30.0  # the worker applied both, as the log gave them
         assert status["follower"]["region"] == "a" and status["follower"]["submitted"] == 5
+        assert status["follower"]["applied"] == 5 and status["follower"]["caught_up"]
         metrics = c.get("/metrics").text
         assert 'ctxcache_replication_submitted_total{region="a"} 5.0' in metrics
 

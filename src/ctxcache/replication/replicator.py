@@ -210,14 +210,17 @@ class Replicator:
             return {}
         return {p: max(0, self.head - acks.get(p, 0)) for p in self.peers}
 
-    def status(self) -> dict[str, Any]:
+    def status(self, digest: bool = True) -> dict[str, Any]:
+        """Not thread-safe, like every method here: one thread drives a Replicator (the service
+        takes a lock). ``digest=False`` for scrapes: hashing all metadata is O(keys)."""
         lag = sorted(self.lag)
 
         def pct(q: float) -> float | None:
             return round(lag[min(len(lag) - 1, int(q * len(lag)))], 6) if lag else None
 
         return {
-            "region": self.region, "head": self.head, "keys": len(self.state.keys), "digest": self.state.digest(),
+            "region": self.region, "head": self.head, "keys": len(self.state.keys),
+            "digest": self.state.digest() if digest else None,
             "peers": {p: {"up": self.up[p], "applied_seq": self.pos[p]} for p in self.peers},
             "queued": self.queued(), "pending": self.state.n_pending,
             "counters": dict(self.state.counters), "conflicts": dict(self.state.conflicts), "stats": dict(self.stats),

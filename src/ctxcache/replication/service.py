@@ -7,6 +7,7 @@ renewing. SIGTERM finishes the step under way and exits 0.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -101,12 +102,16 @@ class Service:
                 stop.wait(1.0)
             if not busy:
                 stop.wait(self.interval)
+        if self.holding:
+            with contextlib.suppress(LinkDown):  # else it expires on its own
+                self.own.release(self.owner)
+            self.holding = False
 
-    def status(self) -> dict[str, Any] | None:
+    def status(self, digest: bool = True) -> dict[str, Any] | None:
         """The replicator's status (what metrics and the log line read); None before its first step."""
         if not self.replicator.loaded:
             return None
         with self._lock:
-            s = self.replicator.status()
+            s = self.replicator.status(digest)
         s["holding"] = self.holding
         return s

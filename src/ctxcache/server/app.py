@@ -189,9 +189,9 @@ def create_app(
     app.state.events_config, app.state.events = EventsConfig.from_dict(cfg.events), None
     state.metrics.registry.register(EventsCollector(lambda: app.state.events))
     app.state.replication_config, app.state.replication = ReplicationConfig.from_dict(cfg.replication), None
-    if app.state.replication_config is not None and app.state.replication_config.url is None:
-        if not any(t.kind == "redis" for t in lm.cache.tiers):
-            raise ConfigError('[replication] needs url = "redis://..." (there is no Redis tier to take it from)')
+    rc = app.state.replication_config
+    if rc is not None and rc.url is None and not any(t.kind == "redis" for t in lm.cache.tiers):
+        raise ConfigError('[replication] needs url = "redis://..." (there is no Redis tier to take it from)')
     state.metrics.registry.register(
         FollowerCollector(lambda: app.state.replication.status() if app.state.replication is not None else None)
     )
