@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install run test lint bench bench-fleet bench-quick bench-policies bench-tiers bench-serving bench-index bench-ttft bench-retention bench-semantic bench-vllm test-vllm test-vllm-gpu mutate mutate-known clean redis-server chromium
+.PHONY: install run test lint bench bench-fleet bench-quick bench-policies bench-tiers bench-serving bench-index bench-ttft bench-retention bench-semantic bench-regions bench-vllm test-vllm test-vllm-gpu mutate mutate-known clean redis-server chromium
 
 # One resolver run, torch pinned in it: 2.13.0 is the CPU wheel on this machine's disk (pip's
 # find-links), and nothing unpinned that depends on torch can pull a multi-GB CUDA build while the
@@ -58,7 +58,7 @@ simtest: install
 # in the docs, group by group (hours: bench-index ~1 h, bench-semantic ~1.5 h, bench-retention
 # ~40 min, soak 30 min, bench-vllm ~21 min; run on an idle machine); `make bench-quick` the fast
 # ones (the list `make bench` ran before). libcachesim (GPL) is a benchmark-only reference: installed here, never imported by src/.
-bench: bench-policies bench-tiers bench-serving bench-index bench-semantic bench-retention bench-vllm bench-fleet
+bench: bench-policies bench-tiers bench-serving bench-index bench-semantic bench-retention bench-vllm bench-fleet bench-regions
 
 bench-quick: install redis-server
 	$(BIN)/pip install -q libcachesim
@@ -131,6 +131,11 @@ bench-fleet: install redis-server
 	$(BIN)/python benchmarks/fleet/bench_events.py
 	$(BIN)/python benchmarks/fleet/bench_router_index.py
 	$(BIN)/python benchmarks/fleet/bench_router_overhead.py
+
+# Regions (docs/regions.md): clock bytes sparse vs full vectors, lag over three redis-servers on
+# loopback, convergence after a partition of 10^4 updates (~45 s on 2 cores).
+bench-regions: install redis-server
+	$(BIN)/python benchmarks/fleet/bench_regions.py
 
 # The serving benchmark: 10 sessions x 6 turns against the live server, cache on/off and a
 # block-size sweep (~15 min on 2 cores).
