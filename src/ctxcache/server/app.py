@@ -122,6 +122,17 @@ def _lifespan(
     return lifespan
 
 
+def _replication(app: FastAPI, cfg: ServerConfig, lm: Any, state: ServerState) -> None:
+    """[replication]: checked now (a missing url fails before serving), started by the lifespan."""
+    rc = app.state.replication_config = ReplicationConfig.from_dict(cfg.replication)
+    app.state.replication = None
+    if rc is not None and rc.url is None and not any(t.kind == "redis" for t in lm.cache.tiers):
+        raise ConfigError('[replication] needs url = "redis://..." (there is no Redis tier to take it from)')
+    state.metrics.registry.register(
+        FollowerCollector(lambda: app.state.replication.status() if app.state.replication is not None else None)
+    )
+
+
 def _start_replication(app: FastAPI, state: ServerState) -> Any:
     from ..events.runtime import default_worker
     from ..replication.config import WorkerReplication
@@ -188,13 +199,7 @@ def create_app(
     app.state.obs = observability
     app.state.events_config, app.state.events = EventsConfig.from_dict(cfg.events), None
     state.metrics.registry.register(EventsCollector(lambda: app.state.events))
-    app.state.replication_config, app.state.replication = ReplicationConfig.from_dict(cfg.replication), None
-    rc = app.state.replication_config
-    if rc is not None and rc.url is None and not any(t.kind == "redis" for t in lm.cache.tiers):
-        raise ConfigError('[replication] needs url = "redis://..." (there is no Redis tier to take it from)')
-    state.metrics.registry.register(
-        FollowerCollector(lambda: app.state.replication.status() if app.state.replication is not None else None)
-    )
+    _replication(app, cfg, lm, state)
     app.add_middleware(_Stamp, metrics=state.metrics)
     app.add_middleware(RequestGuard, max_body_bytes=int(cfg.max_body_bytes))  # outermost
 

@@ -149,7 +149,7 @@ class ServerConfig:
         rep = ReplicationConfig.from_dict(self.replication)
         tiers = self.cache_config.get("tiers")  # None: the app's own cache, checked by create_app
         if rep is not None and rep.url is None and tiers is not None and not _has_redis(tiers):
-            raise ConfigError("[replication] needs url = \"redis://...\" (there is no Redis tier to take it from)")
+            raise ConfigError('[replication] needs url = "redis://..." (there is no Redis tier to take it from)')
         admin = {os.environ.get("CTXCACHE_ADMIN_KEY"), self.admin.get("key"), self.observability.admin_key}
         shared = sorted({self.api_keys[k] for k in admin & set(self.api_keys) if isinstance(k, str)})
         if shared:  # that tenant would open the admin routes and the dashboard's tenant table

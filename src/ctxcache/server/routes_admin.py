@@ -22,6 +22,7 @@ from prometheus_client import generate_latest
 from ..engine.tenancy import key_digest, request_digest
 from .deps import APIError, given_key, main_cache
 from .metrics import CONTENT_TYPE
+from .replicate import submit  # every region erases it too (docs/regions.md)
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "invalid tenant id"},
@@ -89,8 +90,6 @@ async def erase_tenant(tenant: str, request: Request) -> dict[str, Any]:
     state = request.app.state.ctx
     state.pins.clear_tenant(tenant)  # cache_control pins would keep its blocks in use
     out = _merged([await asyncio.to_thread(c.erase_tenant, tenant) for c in _caches(request)])
-    from .routes_regions import submit  # every region erases it too (docs/regions.md)
-
     rep = await submit(request, "erase_tenant", tenant)
     return out if rep is None else {**out, "replication": rep}
 

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from .deps import APIError
+from .replicate import submit
 from .routes_admin import _caches, _known, _merged, require_admin
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)])
@@ -39,23 +40,6 @@ def _block_key(text: str, param: str = "key") -> bytes:
     if not 1 <= len(key) <= 64:
         raise APIError(400, f"{param} must be 1-64 bytes, got {len(key)}", param=param)
     return key
-
-
-async def submit(request: Request, kind: str, target: str | bytes, value: Any = None) -> dict[str, Any] | None:
-    """Ship an update made here to the other regions (None without [replication])."""
-    rep = getattr(request.app.state, "replication", None)
-    if rep is None:
-        return None
-    from ..replication.config import Unreachable
-
-    try:
-        await asyncio.to_thread(rep.submit, kind, target, value)
-    except Unreachable as exc:
-        raise APIError(503, f"applied here, but the region's replication log is unreachable ({exc}); "
-                            "retry: the call is idempotent", code="replication_unavailable") from None  # fmt: skip
-    except ValueError as exc:
-        raise APIError(400, str(exc)) from None
-    return {"region": rep.cfg.region, "submitted": True}
 
 
 def _with(out: dict[str, Any], rep: dict[str, Any] | None) -> dict[str, Any]:

@@ -37,8 +37,8 @@ from ..errors import ConfigError, SemanticInputError
 from ..observability.exporter import SemanticCollector
 from ..semantic import DEFAULT_THRESHOLD, EntryStore, HashingEmbedder, SemanticCache
 from .deps import APIError
+from .replicate import submit
 from .routes_admin import require_admin
-from .routes_regions import submit
 from .semantic_hook import SemanticMiddleware, Settings
 
 if TYPE_CHECKING:
