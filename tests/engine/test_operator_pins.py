@@ -154,11 +154,20 @@ def test_a_flush_wins_over_a_pin():
 
 
 def test_pinned_ram_blocks_are_spilled_to_disk_at_close(tmp_path):
-    tiers = lambda: [MemoryTier(1 << 20), DiskTier(1 << 20, path=tmp_path / "d", fsync=False)]  # noqa: E731
+    tiers = lambda: [MemoryTier(1 << 20), DiskTier(1 << 20, path=tmp_path / "d", fsync=False, write="demote")]  # noqa: E731
     cache = cache_with(tiers(), TENANTS)
     _store(cache, SYSTEM)
     cache.pin_prefix(_tip(cache))
     cache.close()
     cache = cache_with(tiers(), TENANTS)
     assert _hit(cache, SYSTEM) == 3 * BS and cache.pinned_prefixes() == []  # found on disk; pins not kept
+    cache.close()
+
+
+def test_a_blocks_ttl_wins_over_a_pin(clock):
+    cache = cache_with([_ram()], {"a": {"ttl": "10s"}}, clock=clock)
+    _store(cache, SYSTEM)
+    cache.pin_prefix(_tip(cache))
+    clock.advance(11)
+    assert cache.sweep() == 3 and len(cache.index) == 0 and cache.pinned_prefixes() == []
     cache.close()
