@@ -7,12 +7,13 @@ the shared tier only)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ctxcache.replication import CacheEffects, Follower, RedisLog, Replicator
-from ctxcache.tiers import MemoryTier, RedisTier
+from ctxcache.tiers import DiskTier, MemoryTier, RedisTier
 
 from ..engine.tenancy_util import BS, ask, cache_with, prompt_of
 from .linkproxy import LinkProxy
@@ -21,8 +22,8 @@ TENANTS = {"acme": {}, "other": {}}
 
 
 class Region:
-    def __init__(self, name: str, server: Any, peers: dict[str, str], limit: int = 1_000_000) -> None:
-        self.name, self.server, self.peer_urls, self.limit = name, server, peers, limit
+    def __init__(self, name: str, server: Any, peers: dict[str, str], disk: Path, limit: int = 1_000_000) -> None:
+        self.name, self.server, self.peer_urls, self.limit, self.disk = name, server, peers, limit, disk
         self.worker = self._worker()
         self.shared = cache_with([self._redis_tier()], TENANTS)
         self.log = RedisLog(server.url, name, limit=limit)
@@ -35,8 +36,9 @@ class Region:
         assert t.wait_ready()
         return t
 
-    def _worker(self) -> Any:
-        return cache_with([MemoryTier(1 << 20), self._redis_tier()], TENANTS)
+    def _worker(self) -> Any:  # RAM over its own disk over the region's Redis
+        disk = DiskTier(1 << 22, path=self.disk, fsync=False, write="through")
+        return cache_with([MemoryTier(1 << 20), disk, self._redis_tier()], TENANTS)
 
     def _replicator(self) -> Replicator:
         peers = {p: RedisLog(u, p, timeout=0.3) for p, u in self.peer_urls.items()}
@@ -75,10 +77,10 @@ def settle(regions: list[Region], rounds: int = 50) -> None:
 
 
 @pytest.fixture
-def two(redis_factory):
+def two(redis_factory, tmp_path):
     sa, sb = redis_factory(), redis_factory()
     ab, ba = LinkProxy(sb.port), LinkProxy(sa.port)  # a's view of b's Redis, b's of a's
-    a, b = Region("a", sa, {"b": ab.url}), Region("b", sb, {"a": ba.url})
+    a, b = Region("a", sa, {"b": ab.url}, tmp_path / "a"), Region("b", sb, {"a": ba.url}, tmp_path / "b")
     yield a, b, (ab, ba)
     for r in (a, b):
         r.close()
@@ -104,6 +106,8 @@ def test_an_erasure_made_during_a_partition_wins_over_the_other_regions_stores(t
     assert not a.rep.up["b"] and not b.rep.up["a"]
     assert a.rep.queued()["b"] >= 1  # waiting in a's log, counted
     assert b.stored_of("acme") and b.indexed_of("acme") > 0
+    assert b.worker.flush(10)
+    assert b.worker.slots[1].tenant_used("acme") > 0  # on b's own disk too
     for link in links:
         link.heal()
     settle([a, b])
@@ -121,6 +125,8 @@ def test_an_erasure_made_during_a_partition_wins_over_the_other_regions_stores(t
     settle([a, b])
     for r in (a, b):
         assert r.stored_of("acme") == [] and r.indexed_of("acme") == 0
+        disk = r.worker.slots[1]  # its own disk, as read back at the restart: none either
+        assert disk.tenant_used("acme") == 0 and disk.tenant_used("other") > 0
         assert ask(r.worker, "acme", prompt_of(1)) == 0
     assert a.rep.state.digest() == b.rep.state.digest()
 
@@ -133,14 +139,15 @@ def test_a_store_made_after_the_region_applied_the_erasure_is_new_data(two):
     assert b.stored_of("acme") == []
     ask(b.worker, "acme", prompt_of(1))  # asked again after the erasure: the user's new data
     settle([a, b])
+    assert b.worker.flush(10)
     assert b.stored_of("acme") and ask(b.worker, "acme", prompt_of(1)) == 4 * BS
 
 
-def test_a_peer_further_behind_than_the_log_keeps_is_healed_by_a_full_sync(redis_factory):
+def test_a_peer_further_behind_than_the_log_keeps_is_healed_by_a_full_sync(redis_factory, tmp_path):
     sa, sb = redis_factory(), redis_factory()
     ab = LinkProxy(sb.port)
-    a = Region("a", sa, {"b": ab.url}, limit=10)
-    b = Region("b", sb, {"a": sa.url}, limit=10)
+    a = Region("a", sa, {"b": ab.url}, tmp_path / "a", limit=10)
+    b = Region("b", sb, {"a": sa.url}, tmp_path / "b", limit=10)
     try:
         ab.cut()
         for i in range(600):  # MAXLEN ~ 10 trims a's log far past b's position
@@ -160,10 +167,10 @@ def test_a_peer_further_behind_than_the_log_keeps_is_healed_by_a_full_sync(redis
 
 
 @pytest.fixture
-def three(redis_factory):
+def three(redis_factory, tmp_path):
     servers = {n: redis_factory() for n in "abc"}
     links = {(n, p): LinkProxy(servers[p].port) for n in "abc" for p in "abc" if n != p}
-    regions = [Region(n, servers[n], {p: links[(n, p)].url for p in "abc" if p != n}) for n in "abc"]
+    regions = [Region(n, servers[n], {p: links[(n, p)].url for p in "abc" if p != n}, tmp_path / n) for n in "abc"]
     yield regions, links
     for r in regions:
         r.close()
