@@ -37,6 +37,9 @@ Checked (a violation names the seed, the step and the rule):
     checked for what the probe finds.
 (d) gone when applied: right after an erasure's effect, the region's index holds no unexpired
     block it covers; and no effect raised (the replicator counts that as ``effect_errors``).
+(e) applied everywhere: after convergence, every erasure applied in any region was applied in
+    every region (itself, or a later erasure of the same key: a full sync delivers only the
+    latest erasures of a key, and the effect is the same).
 """
 
 from __future__ import annotations
@@ -60,9 +63,9 @@ from ..engine import Engine
 from ..engine import erasure as _erasure
 from ..engine.tenancy import load_tenancy
 from ..replication.effects import CacheEffects
-from ..replication.log import LinkDown, MemoryLog, RegionLog
+from ..replication.log import LIMIT, LinkDown, MemoryLog, RegionLog
 from ..replication.ops import Update
-from ..replication.replicator import Replicator
+from ..replication.replicator import BATCH, Replicator
 from ..replication.state import KeyState
 from ..tiers import MemoryTier
 
@@ -189,6 +192,8 @@ class Recorder:
         out = self.inner.apply(u, ks)
         if u.kind in ERASURES:
             self.sim.applied[self.region].append((self.sim.step, u.kind, u.target, u.uid))
+            self.sim.erasures.setdefault(u.uid, u)
+            self.sim.applied_updates[self.region].append(u)
             self.sim.log(f"{self.region} applies {u.kind} {u.target[:12]} ({u.uid})")
             self.sim.check_gone(self.region, u)
         return out
@@ -200,6 +205,7 @@ class Outcome:
     ops: int
     violations: list[str]
     conflicts: Counter[str]
+    counts: Counter[str]  # held, duplicates, full_syncs, served_blocks, erasures_applied
     digests: dict[str, str]
     metadata: dict[str, Any]
     served: list[tuple[int, str, str, int, list[tuple[str, int]]]]
@@ -223,11 +229,15 @@ class Sim:
         self.served: list[Served] = []
         self.applied: dict[str, list[tuple[int, str, str, str]]] = {r: [] for r in REGIONS}
         self.ttl_set: set[str] = set()
+        self.erasures: dict[str, Update] = {}  # every erasure applied anywhere
+        self.applied_updates: dict[str, list[Update]] = {r: [] for r in REGIONS}
         tenants = {t: {"api_keys": [f"sk-{t}"]} for t in TENANTS}
-        self.logs = {r: MemoryLog() for r in REGIONS}
+        rng = self.rng
+        # a short log (trimmed past what a peer read: a full sync) and small batches, some seeds
+        limit, batch = rng.choice((LIMIT, LIMIT, 6, 24)), rng.choice((BATCH, BATCH, 2))
+        self.logs = {r: MemoryLog(limit) for r in REGIONS}
         self.caches: dict[str, SimCache] = {}
         self.reps: dict[str, Replicator] = {}
-        rng = self.rng
         hot = rng.choice((8, 16, 64)) * 3 * 8  # blocks of three int64s: evictions when small
         warm = rng.choice((0, 32))
         for r in REGIONS:
@@ -236,7 +246,7 @@ class Sim:
             self.caches[r] = CACHE(tiers, block_size=BS, tenancy=ty, clock=self.now)
             peers = {p: Link(self.logs[p], p, r, self.cut) for p in REGIONS if p != r}
             self.reps[r] = Replicator(r, self.logs[r], peers, Recorder(self, r, CacheEffects(self.caches[r])),
-                                      wall=self._wall(r))  # fmt: skip
+                                      wall=self._wall(r), batch=batch)  # fmt: skip
         # block key -> (tenant, keys from the root to it): what each erasure covers
         self.chain: dict[str, tuple[str, tuple[str, ...]]] = {}
         self.keys: dict[str, list[list[str]]] = {}
@@ -388,10 +398,15 @@ class Sim:
         self.step += 1
         self.check_final()
         conflicts: Counter[str] = Counter()
+        counts: Counter[str] = Counter()
         for rep in self.reps.values():
             conflicts.update(rep.state.conflicts)
+            counts.update({k: v for k, v in rep.state.counters.items() if k in ("held", "duplicates")})
+            counts.update({k: v for k, v in rep.stats.items() if k == "full_syncs"})
+        counts["served_blocks"] = sum(len(s.blocks) for s in self.served)
+        counts["erasures_applied"] = sum(len(v) for v in self.applied.values())
         return Outcome(
-            self.seed, self.n_ops, self.violations, conflicts,
+            self.seed, self.n_ops, self.violations, conflicts, counts,
             {r: rep.state.digest() for r, rep in self.reps.items()},
             self.reps["A"].state.metadata(),
             [(s.step, s.region, s.tenant, s.prompt, s.blocks) for s in self.served],
@@ -423,6 +438,12 @@ class Sim:
                 got = cache.tenancy.get(t).ttl
                 if got != want:
                     self.fail(f"{r}: tenant {t}'s TTL in the cache is {got}, the metadata says {want}")
+        for r in REGIONS:  # (e): every erasure applied anywhere was applied here (or a later one of its key)
+            mine = self.applied_updates[r]
+            for uid, u in sorted(self.erasures.items()):
+                if not any(a.key == u.key and a.kind == u.kind and u.clock <= a.clock for a in mine):
+                    self.fail(f"{r} never applied {u.kind} {uid}")
+                    break
         for r in REGIONS:  # (c): probe every prompt; what is found must not predate an erasure
             for t in TENANTS:
                 for i in range(len(PROMPTS)):
@@ -477,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     deadline = None if args.minutes is None else t0 + 60 * args.minutes
     failed: list[int] = []
     conflicts: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
     ops = ran = 0
     con = Console(stderr=True)
     with Progress(TextColumn("regions"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=con,
@@ -487,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
             o = run_seed(seed, args.ops, args.skew)
             ran, ops = ran + 1, ops + o.ops
             conflicts.update(o.conflicts)
+            counts.update(o.counts)
             if o.violations:
                 failed.append(seed)
                 if len(failed) <= 3:
@@ -495,7 +518,8 @@ def main(argv: list[str] | None = None) -> int:
             seed += 1
     print(json.dumps({
         "seeds": ran, "start": args.start, "skew": args.skew, "failures": len(failed), "failed_seeds": failed[:50],
-        "ops": ops, "conflicts": dict(sorted(conflicts.items())), "seconds": round(time.monotonic() - t0, 2),
+        "ops": ops, "conflicts": dict(sorted(conflicts.items())),
+        "counts": dict(sorted(counts.items())), "seconds": round(time.monotonic() - t0, 2),
     }))  # fmt: skip
     return 1 if failed else 0
 
