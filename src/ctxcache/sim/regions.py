@@ -14,7 +14,8 @@ log through a directed link (``Link``) that raises LinkDown while that link is c
 one per step: ask (lookup a tenant's prompt, record what was served, store the rest), erase a
 tenant, invalidate a block key (the block and its subtree), change a tenant's TTL (a duration
 or None), pin or unpin a prefix, through the replicator at once or through the region's inbox,
-run one region's replicator step, cut or heal a link, isolate a region, sweep expired blocks.
+run one region's replicator step, cut or heal a link, isolate a region, take a region's own log
+down or up (its own Redis), sweep expired blocks.
 
 Every block a region stores carries a payload naming the region and the step that stored it, so
 a served block says which store wrote it. Blocks are never replicated, only metadata.
@@ -37,7 +38,8 @@ Checked (a violation names the seed, the step and the rule):
     checked for what the probe finds.
 (d) gone when applied: right after an erasure's effect, the region's index holds no unexpired
     block it covers; and no effect raised (the replicator counts that as ``effect_errors``).
-(e) applied everywhere: after convergence, every erasure applied in any region was applied in
+(e) applied everywhere: after convergence, every erasure applied in any region and committed
+    to its log (a submit refused because the region's own log is down is no update) was applied in
     every region (itself, or a later erasure of the same key: a full sync delivers only the
     latest erasures of a key, and the effect is the same).
 """
@@ -145,6 +147,19 @@ class AdapterCache(SimCache):
 CACHE: type[SimCache] = SimCache if hasattr(ContextCache, "invalidate") else AdapterCache
 
 
+class SimLog(MemoryLog):
+    """A MemoryLog that remembers every update it ever committed (a trimmed log forgets them)."""
+
+    def __init__(self, limit: int, committed: set[tuple[str, str]]) -> None:
+        super().__init__(limit)
+        self.committed = committed
+
+    def commit(self, entries: list[bytes], state: dict[str, bytes], meta: dict[str, Any]) -> int:
+        head = super().commit(entries, state, meta)
+        self.committed.update((u.uid, u.kind) for u in map(Update.decode, entries))
+        return head
+
+
 class Link(RegionLog):
     """A peer's log as one region's replicator reaches it: down while ``(src, dst)`` is cut."""
 
@@ -235,7 +250,8 @@ class Sim:
         rng = self.rng
         # a short log (trimmed past what a peer read: a full sync) and small batches, some seeds
         limit, batch = rng.choice((LIMIT, LIMIT, 6, 24)), rng.choice((BATCH, BATCH, 2))
-        self.logs = {r: MemoryLog(limit) for r in REGIONS}
+        self.committed: set[tuple[str, str]] = set()  # (uid, kind) of what some region's log held
+        self.logs = {r: SimLog(limit, self.committed) for r in REGIONS}
         self.caches: dict[str, SimCache] = {}
         self.reps: dict[str, Replicator] = {}
         hot = rng.choice((8, 16, 64)) * 3 * 8  # blocks of three int64s: evictions when small
@@ -325,12 +341,16 @@ class Sim:
     def update(self, r: str, kind: str, target: str | bytes, value: Any = None) -> None:
         inbox = self.rng.random() < 0.5
         shown = target.hex()[:12] if isinstance(target, bytes) else target
-        if inbox:  # a worker asks; the replicator stamps it at its next step
-            self.logs[r].submit(kind, target.hex() if isinstance(target, bytes) else target, value)
-            self.log(f"{r} inbox {kind} {shown} {value}")
-        else:
-            u = self.reps[r].submit(kind, target, value)
-            self.log(f"{r} submit {kind} {shown} {value} -> {u.uid}")
+        try:
+            if inbox:  # a worker asks; the replicator stamps it at its next step
+                self.logs[r].submit(kind, target.hex() if isinstance(target, bytes) else target, value)
+                self.log(f"{r} inbox {kind} {shown} {value}")
+            else:
+                u = self.reps[r].submit(kind, target, value)
+                self.log(f"{r} submit {kind} {shown} {value} -> {u.uid}")
+        except LinkDown:  # the region's own Redis is down: refused
+            self.log(f"{r} {'inbox' if inbox else 'submit'} {kind} {shown} {value}: refused, own log down")
+            return
         if kind == "ttl":
             self.ttl_set.add(str(target))
 
@@ -342,8 +362,7 @@ class Sim:
         if x < 40:
             self.ask(r, t, rng.randrange(len(PROMPTS)))
         elif x < 65:
-            n = self.reps[r].step()
-            self.log(f"{r} step: {n} entries")
+            self.step_region(r)
         elif x < 67:
             self.update(r, "erase_tenant", t)
         elif x < 70:
@@ -365,12 +384,24 @@ class Sim:
         elif x < 97:
             self.cut |= {(r, p) for p in REGIONS if p != r} | {(p, r) for p in REGIONS if p != r}
             self.log(f"isolate {r}")
-        elif x < 99:
+        elif x < 98:
             self.cut.clear()
             self.log("heal all")
+        elif x < 99:  # the region's own Redis goes down or comes back
+            self.logs[r].up = not self.logs[r].up
+            self.log(f"{r} own log {'up' if self.logs[r].up else 'down'}")
         else:
             n = self.caches[r].sweep(self.now())
             self.log(f"{r} sweep: {n}")
+
+    def step_region(self, r: str) -> int:
+        try:
+            n = self.reps[r].step()
+        except LinkDown:
+            self.log(f"{r} step: own log down")
+            return 0
+        self.log(f"{r} step: {n} entries")
+        return n
 
     def random_key(self, tenant: str) -> str:
         ks = self.rng.choice(self.keys[tenant])
@@ -379,6 +410,8 @@ class Sim:
     # --- the run ---------------------------------------------------------------------------------------
     def settle(self, rounds: int = 200) -> bool:
         self.cut.clear()
+        for lg in self.logs.values():
+            lg.up = True
         self.log("heal all; settle")
         for _ in range(rounds):
             self.step += 1
@@ -441,6 +474,8 @@ class Sim:
         for r in REGIONS:  # (e): every erasure applied anywhere was applied here (or a later one of its key)
             mine = self.applied_updates[r]
             for uid, u in sorted(self.erasures.items()):
+                if (uid, u.kind) not in self.committed:  # its submit was refused (own log down): no update
+                    continue
                 if not any(a.key == u.key and a.kind == u.kind and u.clock <= a.clock for a in mine):
                     self.fail(f"{r} never applied {u.kind} {uid}")
                     break
