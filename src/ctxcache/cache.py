@@ -163,6 +163,46 @@ class ContextCache:
         the deletes and check each persistent tier again (``verified``). Logged to the audit log."""
         return self._engine.erase_tenant(tenant)
 
+    def invalidate(self, key: bytes) -> dict[str, Any]:
+        """Withdraw a block (a document or system prompt no longer valid) and everything cached
+        under it: every block whose prefix continues it, in the index and in persistent storage,
+        including blocks another process sharing the Redis prefix (or an earlier run's disk) wrote.
+        Waits for the deletes and searches every persistent tier again (``verified``). Blocks a
+        lookup holds are misses from now on and leave once released (``in_use``). Idempotent: an
+        unknown or already invalidated key gives ``erased_blocks=0, verified=True``. Storing the
+        same tokens later caches them anew (new content, not a ban). An operator pin over them
+        ends. Returns {"key": hex, "erased_blocks", "found_in_storage", "in_use", "verified"};
+        logged to the audit log. Cost: one scan of the index and, per persistent tier, one read of
+        every stored block's header (Redis SCAN): an admin operation, not a request-path one."""
+        if not isinstance(key, bytes):
+            raise TypeError(f"key must be bytes (a block key), not {type(key).__name__}")
+        return self._engine.invalidate(key)
+
+    def set_tenant_ttl(self, tenant: str, ttl: float | None) -> dict[str, Any]:
+        """Change a configured tenant's default block TTL (seconds; None: no TTL) now. Its blocks
+        are re-stamped: last use + the new TTL, so a shorter TTL expires idle blocks at once and
+        the sweep (started if it was not running) reclaims them. Raises ``UnknownTenantError``
+        for a tenant that is not configured. Returns {"tenant", "ttl", "blocks_restamped"}."""
+        return self._engine.set_tenant_ttl(tenant, ttl)
+
+    def pin_prefix(self, key: bytes) -> int:
+        """Keep the prefix ending at block ``key`` (its blocks from the root down) from eviction
+        and demotion until ``unpin_prefix``. A set, not a refcount: pinning twice then unpinning
+        once leaves it unpinned, and ``release`` of a Match never unpins it. Erasure, invalidation
+        and a block's TTL win: the pin ends when one of its blocks is erased or expires. Not kept
+        over a restart. Returns the blocks the pin covers (0: ``key`` is not indexed here, and
+        nothing is pinned); the same again for a prefix already pinned."""
+        return self._engine.pin_prefix(key)
+
+    def unpin_prefix(self, key: bytes) -> int:
+        """End the operator pin on the prefix ending at ``key``; returns the blocks it covered
+        (0: it was not pinned). Blocks another pinned prefix shares stay pinned."""
+        return self._engine.unpin_prefix(key)
+
+    def pinned_prefixes(self) -> list[bytes]:
+        """The keys of the prefixes pinned by ``pin_prefix`` now."""
+        return [k for k in self._engine.pinned_prefixes() if isinstance(k, bytes)]
+
     def clear(self) -> dict[str, Any]:
         """Erase every unpinned block of every tenant from every tier, like ``erase_tenant``."""
         return _erasure.flush_all(self._engine)

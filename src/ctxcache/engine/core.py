@@ -20,14 +20,17 @@ from ..keys import BlockHasher, Namespace, Prompt, Tokens
 from ..tiers import Tier
 from ..usage import Usage
 from . import erasure as _erasure
+from . import invalidation as _invalidation
 from . import lookup as _lookup
 from . import store as _store
 from . import tombstones as _tombstones
+from . import ttl as _ttl
 from .bandwidth import TokenBucket
 from .expiry import Expiry
 from .factory import make_slots
 from .fairness import Fairness
 from .lookup import Match
+from .operator_pins import OperatorPins
 from .options import EngineOptions, check_options
 from .placement import LOST, Placement
 from .sealing import TenantSealer
@@ -77,6 +80,7 @@ class Engine:
             write_buffer=options.get("write_buffer", 256 << 20),
             manual=not background,
         )
+        self.pins = OperatorPins(self.index, self.placement.prune)  # an operator's, not a lookup's
         self.through = tiers_of(self.placement)  # slow tiers every store also queues to
         # One RAM tier of live objects: lookups need no verification beyond the index's.
         self.simple = len(self.slots) == 1 and self.placement.all_memory and self.tiers[0].codec is None
@@ -118,7 +122,15 @@ class Engine:
             for slot in self.slots:
                 if slot.slow and slot.tier.codec is not None:
                     slot.tier.codec.sealer = sealer
-        if self._background and any(t.ttl is not None for t in tenancy.tenants.values()):
+        if any(t.ttl is not None for t in tenancy.tenants.values()):
+            self.ensure_sweeper()
+
+    def ensure_sweeper(self) -> None:
+        """Start the TTL sweeper unless it runs (or the caller steps it: ``background=False``).
+        Started late too: a TTL set at run time, or blocks erased while a lookup held them."""
+        with self.lock:
+            if not self._background or self._sweeper is not None or self._closed:
+                return
             self._sweeper = threading.Thread(target=self._sweep_loop, name="ctxcache-ttl-sweeper", daemon=True)
             self._sweeper.start()
 
@@ -201,6 +213,28 @@ class Engine:
         """Remove every block of ``tenant`` from every tier, wait for the deletes, verify."""
         return _erasure.erase_tenant(self, tenant)
 
+    def invalidate(self, key: Hashable) -> dict[str, Any]:
+        """Remove ``key``'s block and every block under it from every tier, wait, verify."""
+        return _invalidation.invalidate(self, key)
+
+    def set_tenant_ttl(self, tenant: str, ttl: float | None) -> dict[str, Any]:
+        return _ttl.set_tenant_ttl(self, tenant, ttl)
+
+    def pin_prefix(self, key: Hashable) -> int:
+        with self.lock:
+            return self.pins.pin(key)
+
+    def unpin_prefix(self, key: Hashable) -> int:
+        with self.lock:
+            n = self.pins.unpin(key)
+            if n:
+                self.placement.drain()  # what the pin kept over a high watermark may leave now
+        return n
+
+    def pinned_prefixes(self) -> list[Hashable]:
+        with self.lock:
+            return self.pins.pinned()
+
     def tenant_usage(self, tenant: str) -> dict[str, Any]:
         with self.lock:
             tiers = {s.name: {"bytes": s.tenant_used(tenant), "quota": s.quotas.get(tenant)} for s in self.slots}
@@ -254,6 +288,8 @@ class Engine:
         if self._sweeper is not None:
             self._sweeper.join(timeout=5)
         self.sweep()  # expired blocks leave storage now: a restart would find them with no TTL known
+        with self.lock:
+            self.pins.clear()  # not kept over a restart; pinned RAM blocks are spilled like the rest
         self.spill()
         self.placement.mover.stop()
         _tombstones.persist(self)

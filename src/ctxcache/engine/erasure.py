@@ -52,7 +52,9 @@ def _erase_key(e: Engine, key: Hashable) -> bool:
 
 
 def _erase_nodes(e: Engine, nodes: list[Node]) -> tuple[list[Hashable], int]:
-    """Deepest first, so each block is a leaf when its turn comes. Returns (erased, in use)."""
+    """Deepest first, so each block is a leaf when its turn comes. Returns (erased, in use).
+    Erasure wins over an operator pin: the pinned prefixes over these blocks end first."""
+    e.pins.drop_covering(n.key for n in nodes)
     erased: list[Hashable] = []
     busy = 0
     for node in sorted(nodes, key=lambda n: -n.depth):
@@ -135,6 +137,16 @@ def _erase_stored(e: Engine, tenant: str | None, rounds: int = 3) -> tuple[int, 
     return deleted, False
 
 
+def erase_found(e: Engine, nodes: list[Node], found: dict[int, list[bytes]]) -> tuple[list[Hashable], int, int]:
+    """Under the lock: erase indexed ``nodes``, then queue the deletes of blocks ``found`` in
+    storage (any tenant's: the caller chose them, invalidation.py), counted as erased. Returns
+    (keys erased from the index, stored copies queued, blocks in use)."""
+    erased, busy = _erase_nodes(e, nodes)
+    queued, busy_stored = _drop_stored(e, None, found) if found else (0, 0)
+    e.counters.erased += len(erased) + queued
+    return erased, queued, busy + busy_stored
+
+
 def erase_tenant(e: Engine, tenant: str) -> dict[str, Any]:
     with e.lock, e.leaving_as("erased"):
         nodes = [n for n in e.index if n.tag == tenant]
@@ -192,7 +204,10 @@ def sweep(e: Engine, now: float) -> int:
             node = e.index.get(key)
             if node is None:
                 e.expiry.forget(key)
-            elif _erase_key(e, key):
+                continue
+            if key in e.pins:  # a TTL is a limit on how long data is kept: it wins over a pin
+                e.pins.drop_covering([key])
+            if _erase_key(e, key):
                 done += 1
             else:  # pinned, or a parent whose children have not expired yet: retry next sweep
                 later.append((key, e.expiry.deadline[key], node.depth))

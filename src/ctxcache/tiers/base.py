@@ -205,6 +205,13 @@ class Tier(ABC):
         storage could not be searched (unreachable)."""
         return []
 
+    def stored_links(self) -> list[tuple[bytes, bytes]] | None:
+        """(key, parent key) of every intact block in the tier's storage, read from headers only,
+        including blocks this process never indexed: how an invalidation finds a subtree's blocks
+        another process (or an earlier run) wrote. [] for tiers whose every block the index knows
+        (RAM); None: the storage could not be searched (unreachable)."""
+        return []
+
     def adopt(self, key: Hashable, nbytes: int) -> None:
         """Start charging for a block found in shared storage (``persistent`` tiers only)."""
         raise NotImplementedError(f"tier {self.name!r} is not persistent: it cannot adopt blocks")

@@ -224,6 +224,26 @@ class DiskTier(BlobTier):
     def forget(self, key: Hashable) -> None:
         self._drop(key_bytes(key), unlink=False)
 
+    def stored_links(self) -> list[tuple[bytes, bytes]] | None:
+        """Every block's header read again (blocks an earlier run left are charged, not indexed:
+        their parents are only on disk). A file gone meanwhile, or damaged, is skipped."""
+        out = []
+        for key in list(self.keys()):
+            kb = key_bytes(key)
+            try:
+                with self._path(kb).open("rb", buffering=0) as fh:
+                    prefix = fh.read(FIXED_HEADER_SIZE)
+                    h = read_header(prefix + fh.read(max(0, header_length(prefix) - len(prefix))))
+            except FileNotFoundError:
+                continue
+            except CorruptBlockError:
+                continue  # a load finds it damaged and drops it; nothing in it can be attributed
+            except OSError:
+                return None  # EIO, a stale mount: the file may be intact, the search is incomplete
+            if h.key == kb:
+                out.append((h.key, h.parent))
+        return out
+
     def tenant_of(self, key: Hashable) -> bytes:
         return self._found_tenants.get(key_bytes(key), b"")
 

@@ -21,11 +21,11 @@ absent" without a round trip; with KV events (docs/events.md) other workers' wri
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from ..codec import Block, header_length, read_header
+from ..codec import Block, Header, header_length, read_header
 from ..errors import ConfigError, CorruptBlockError, DeleteFailedError, MissingDependencyError, TierUnavailableError
 from ..units import parse_duration
 from .base import key_bytes
@@ -38,6 +38,7 @@ from .redis_conn import RedisHealth
 
 SCAN_BATCH = 256  # keys whose headers are read in one pipeline
 HEAD_GUESS = 4096  # bytes read first from each blob: the whole header of typical blocks
+T = TypeVar("T")
 
 
 class RedisTier(RedisHealth, BlobTier):
@@ -96,17 +97,27 @@ class RedisTier(RedisHealth, BlobTier):
         never its payload: the keys whose verified header names ``tenant``. Values that are not
         intact blocks are skipped (nothing in them can be attributed). ``tenant=None``: every intact
         block under the prefix (a flush). None if Redis (or a Cluster master) is down."""
+        return self._scan(lambda h: h.key if tenant is None or h.tenant == tenant else None)
+
+    def stored_links(self) -> list[tuple[bytes, bytes]] | None:
+        """(key, parent) from every intact block's header under the prefix, as ``stored_keys_of``
+        reads them: blocks other processes wrote under a key being invalidated are found here."""
+        return self._scan(lambda h: (h.key, h.parent))
+
+    def _scan(self, pick: Callable[[Header], T | None]) -> list[T] | None:
+        """What ``pick`` keeps of each intact block's header (one batch of headers held at a time,
+        never every header of the prefix). None if Redis (or a Cluster master) is down."""
         if not self._healthy or self.masters_down:
             return None
-        found: list[bytes] = []
+        found: list[T] = []
         batch: list[bytes] = []
         try:
             for name in self._client.scan_iter(match=self._pattern(), count=1000):
                 batch.append(name)
                 if len(batch) >= SCAN_BATCH:
-                    found += self._owned_by(batch, tenant)
+                    found += [x for h in self._headers(batch) if (x := pick(h)) is not None]
                     batch = []
-            found += self._owned_by(batch, tenant)
+            found += [x for h in self._headers(batch) if (x := pick(h)) is not None]
         except TierUnavailableError:
             return None
         except Exception as exc:  # noqa: BLE001 - redis-py and socket errors alike
@@ -114,7 +125,7 @@ class RedisTier(RedisHealth, BlobTier):
             return None
         return found
 
-    def _owned_by(self, names: list[bytes], tenant: bytes | None) -> list[bytes]:
+    def _headers(self, names: list[bytes]) -> list[Header]:
         heads = self._pipeline(("getrange", (nm, 0, HEAD_GUESS - 1), {}) for nm in names)
         if heads is None or any(isinstance(h, _DOWN) for h in heads):
             raise TierUnavailableError(f"redis tier {self.name!r}: unreachable during a scan")
@@ -140,8 +151,8 @@ class RedisTier(RedisHealth, BlobTier):
                 h = read_header(head)
             except CorruptBlockError:
                 continue
-            if (tenant is None or h.tenant == tenant) and h.key == name[n:]:
-                out.append(name[n:])
+            if h.key == name[n:]:  # a blob filed under another key's name is not that key's block
+                out.append(h)
         return out
 
     # --- round trips -------------------------------------------------------------------------------
