@@ -54,7 +54,7 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +62,6 @@ import numpy as np
 
 from ..cache import ContextCache
 from ..engine import Engine
-from ..engine import erasure as _erasure
 from ..engine.tenancy import load_tenancy
 from ..replication.effects import CacheEffects
 from ..replication.log import LIMIT, LinkDown, MemoryLog, RegionLog
@@ -100,51 +99,6 @@ class SimCache(ContextCache):
 
     def __init__(self, tiers: Sequence[Any], **options: Any) -> None:
         self._engine = Engine(tiers, background=False, **options)
-
-
-class AdapterCache(SimCache):
-    """TEMPORARY, until ContextCache has invalidate / set_tenant_ttl / pin_prefix (branch ops):
-    the same calls, implemented here over the index so the checker runs. Used only when
-    ContextCache lacks ``invalidate``."""
-
-    _pins: set[bytes]
-
-    def _subtree(self, key: bytes) -> list[Any]:
-        e = self._engine
-        kids: dict[Hashable, list[Any]] = {}
-        for n in e.index:
-            kids.setdefault(n.parent, []).append(n)
-        root = e.index.get(key)
-        out, todo = [], [root] if root is not None else []
-        while todo:
-            n = todo.pop()
-            out.append(n)
-            todo += kids.get(n.key, [])
-        return out
-
-    def invalidate(self, key: bytes) -> dict[str, Any]:
-        e = self._engine
-        with e.lock:
-            erased, busy = _erasure._erase_nodes(e, self._subtree(key))
-            e.counters.erased += len(erased)
-        return {"key": key.hex(), "erased_blocks": len(erased), "found_in_storage": 0, "in_use": busy,
-                "verified": busy == 0}  # fmt: skip
-
-    def set_tenant_ttl(self, tenant: str, ttl: float | None) -> dict[str, Any]:
-        assert self.tenancy is not None
-        self.tenancy.get(tenant).ttl = ttl
-        return {"tenant": tenant, "ttl": ttl}
-
-    def pin_prefix(self, key: bytes) -> int:
-        self.__dict__.setdefault("_pins", set()).add(key)
-        return len(self._subtree(key))
-
-    def unpin_prefix(self, key: bytes) -> int:
-        self.__dict__.setdefault("_pins", set()).discard(key)
-        return len(self._subtree(key))
-
-
-CACHE: type[SimCache] = SimCache if hasattr(ContextCache, "invalidate") else AdapterCache
 
 
 class SimLog(MemoryLog):
@@ -259,7 +213,7 @@ class Sim:
         for r in REGIONS:
             tiers = [MemoryTier(hot)] + ([MemoryTier(warm * 256, mode="warm", codec="raw")] if warm else [])
             ty = load_tenancy(tenants, {"secret": "one-deployment"}, env={})
-            self.caches[r] = CACHE(tiers, block_size=BS, tenancy=ty, clock=self.now)
+            self.caches[r] = SimCache(tiers, block_size=BS, tenancy=ty, clock=self.now)
             peers = {p: Link(self.logs[p], p, r, self.cut) for p in REGIONS if p != r}
             self.reps[r] = Replicator(r, self.logs[r], peers, Recorder(self, r, CacheEffects(self.caches[r])),
                                       wall=self._wall(r), batch=batch)  # fmt: skip
