@@ -53,6 +53,14 @@ test: lint redis-server chromium
 simtest: install
 	nice $(BIN)/python -m tests.simulation $(if $(SEED),--seed $(SEED)) $(if $(KEEP),--keep $(KEEP)) $(if $(MINUTES),--minutes $(MINUTES) --start 100000)
 
+# The regions history checker (docs/testing.md, issue 28): three regions, random operations,
+# partitions and heals, then convergence and no-resurrection checks. SEED=n replays seed n with its
+# history; MINUTES=m runs new seeds until m minutes have passed; SKEW=1: wall clocks 1 h apart;
+# neither: the 100 seeds `make test` runs (tests/replication/test_history.py).
+.PHONY: regionsim
+regionsim: install
+	nice $(BIN)/python -m ctxcache.sim.regions $(if $(SEED),--seed $(SEED)) $(if $(MINUTES),--minutes $(MINUTES) --start 100000) $(if $(SKEW),--skew)
+
 # Benchmarks print one JSON line each and write benchmarks/results/ (benchmarks/README.md: which
 # claim each backs, its result file and doc section). `make bench` runs every one that backs a claim
 # in the docs, group by group (hours: bench-index ~1 h, bench-semantic ~1.5 h, bench-retention

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from .log import LinkDown, RegionLog
-from .ops import Update, check_region
+from .ops import EFFECTS, Update, check_region
 from .state import KeyState, RegionState
 
 log = logging.getLogger("ctxcache.replication")
@@ -68,14 +68,24 @@ class Replicator:
         self.stats: Counter[str] = Counter()  # full_syncs, bad_entries, link_errors, effect_errors
         self.lag: list[float] = []  # seconds from the origin's stamp to delivery here (recent)
         self._dirty: set[str] = set()
+        self._restore: dict[str, Update] = {}  # registers whose effect a refused submit changed
         self.loaded = False
 
     # --- startup --------------------------------------------------------------------------------
     def load(self) -> None:
         """Rebuild from the region's own Redis (raises LinkDown when it is unreachable)."""
         state, meta = self.own.load()
+        fresh = RegionState(self.region)  # what was delivered but never committed is dropped: redone
+        fresh.counters, fresh.conflicts = self.state.counters, self.state.conflicts
         for key, raw in state.items():
-            self.state.keys[key] = KeyState.decode(raw)
+            fresh.keys[key] = KeyState.decode(raw)
+        self.state = fresh
+        self._dirty.clear()
+        restore, self._restore = self._restore, {}
+        for key, u in sorted(restore.items()):
+            ks = self.state.keys.get(key)
+            if ks is not None and u.field in ks.regs:  # never set before: the cache keeps what it got
+                self._apply_one(u, ks)
         self.head = int(meta.get("seq", 0))
         self.inbox_pos = meta.get("inbox", "")
         for p in self.peers:
@@ -89,10 +99,17 @@ class Replicator:
             self.load()
         u = self.state.local(kind, target, value, self.wall())
         self._apply([u])
-        self._commit([u], {})
+        try:
+            self._commit([u], {})
+        except LinkDown:  # refused; a register's effect follows the committed value once reloaded
+            if u.kind not in EFFECTS:
+                self._restore[u.key] = u
+            raise
         return u
 
     def _drain_inbox(self) -> int:
+        if not self.loaded:
+            self.load()
         got = self.own.inbox(self.inbox_pos, self.batch)
         if not got:
             return 0
@@ -113,6 +130,8 @@ class Replicator:
     # --- peers ------------------------------------------------------------------------------------
     def pull(self, peer: str) -> int:
         """One batch of ``peer``'s log. Returns entries read (raises LinkDown)."""
+        if not self.loaded:  # a commit failed: the state is the last committed one again first
+            self.load()
         src, after = self.peers[peer], self.pos[peer]
         got = src.read(after, self.batch)
         if got and got[0][0] > after + 1:  # trimmed past what was read here
@@ -187,19 +206,30 @@ class Replicator:
     def _apply(self, updates: list[Update]) -> None:
         for u in updates:
             self._dirty.add(u.key)
-            try:
-                result = self.effects.apply(u, self.state.keys[u.key])
-            except Exception as exc:  # one bad effect must not stop replication: counted, reported
-                self.stats["effect_errors"] += 1
-                log.exception("region %s: applying %s failed", self.region, u.uid)
-                result = {"error": type(exc).__name__, "verified": False}
-            if result:
-                with contextlib.suppress(LinkDown):
-                    self.own.put_result(u.uid, self.process, result)
+            self._apply_one(u, self.state.keys[u.key])
+
+    def _apply_one(self, u: Update, ks: KeyState) -> None:
+        try:
+            result = self.effects.apply(u, ks)
+        except Exception as exc:  # one bad effect must not stop replication: counted, reported
+            self.stats["effect_errors"] += 1
+            log.exception("region %s: applying %s failed", self.region, u.uid)
+            result = {"error": type(exc).__name__, "verified": False}
+        if result:
+            with contextlib.suppress(LinkDown):
+                self.own.put_result(u.uid, self.process, result)
 
     def _commit(self, updates: list[Update], meta: dict[str, Any]) -> None:
         state = {k: self.state.keys[k].encode() for k in self._dirty if k in self.state.keys}
-        self.head = self.own.commit([u.encode() for u in updates], state, meta)
+        try:
+            self.head = self.own.commit([u.encode() for u in updates], state, meta)
+        except LinkDown:
+            # Not committed: these updates are in the state but not in the log, so no peer would
+            # ever read them (and a re-read inbox entry would be stamped again with the next
+            # counter, leaving a gap that peers hold on forever). Reload before anything else:
+            # the inbox and the peers' logs are read again from the committed positions.
+            self.loaded = False
+            raise
         self._dirty.clear()
 
     def queued(self) -> dict[str, int]:
