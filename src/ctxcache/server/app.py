@@ -14,6 +14,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
@@ -161,7 +162,20 @@ def _add_error_handlers(app: FastAPI) -> None:
         if exc.status_code == 404:
             msg = f"no route {request.method} {request.url.path}; see /docs for the API"
         code = "unknown_url" if exc.status_code == 404 else None
-        return error_response(request, exc.status_code, msg, code=code, headers=getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:  # Starlette names the first route of the path only
+            headers = {**(headers or {}), "Allow": ", ".join(_allowed(request))}
+        return error_response(request, exc.status_code, msg, code=code, headers=headers)
+
+
+def _allowed(request: Request) -> list[str]:
+    """Every method some route of this path takes (a path may have a route per method)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return sorted(methods)
 
 
 def _include_routers(app: FastAPI, cfg: ServerConfig, state: ServerState) -> None:

@@ -19,7 +19,14 @@ from .deps import APIError
 from .replicate import submit
 from .routes_admin import _caches, _known, _merged, require_admin
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)])
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "invalid block key, TTL or tenant id"},
+    401: {"description": "missing admin key"},
+    403: {"description": "not an admin key, or the admin API is disabled (no admin key configured)"},
+    404: {"description": "unknown tenant, or replication not configured"},
+    503: {"description": "applied here, but the region's replication log is unreachable: retry (idempotent)"},
+}
+router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)], responses=_ERRORS)
 
 
 class Invalidate(BaseModel):
@@ -69,17 +76,20 @@ async def set_ttl(tenant: str, body: TenantTTL, request: Request) -> dict[str, A
 @router.put("/cache/pins/{key}")
 async def pin(key: str, request: Request) -> dict[str, Any]:
     """Keep the prefix ending at this block from eviction (an erasure or invalidation still wins)."""
-    k = _block_key(key)
-    n = await asyncio.to_thread(_caches(request)[0].pin_prefix, k)
-    return _with({"key": k.hex(), "pinned": True, "blocks": n}, await submit(request, "pin", k, True))
+    return await _pin(key, request, True)
 
 
 @router.delete("/cache/pins/{key}")
 async def unpin(key: str, request: Request) -> dict[str, Any]:
     """Release an operator pin (a concurrent pin and unpin in two regions resolve to unpinned)."""
+    return await _pin(key, request, False)
+
+
+async def _pin(key: str, request: Request, pinned: bool) -> dict[str, Any]:
     k = _block_key(key)
-    n = await asyncio.to_thread(_caches(request)[0].unpin_prefix, k)
-    return _with({"key": k.hex(), "pinned": False, "blocks": n}, await submit(request, "pin", k, False))
+    cache = _caches(request)[0]
+    n = await asyncio.to_thread(cache.pin_prefix if pinned else cache.unpin_prefix, k)
+    return _with({"key": k.hex(), "pinned": pinned, "blocks": n}, await submit(request, "pin", k, pinned))
 
 
 @router.get("/replication")
