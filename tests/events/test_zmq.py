@@ -223,6 +223,9 @@ def test_bad_replay_requests_are_counted_not_fatal(sink: ZmqSink) -> None:
     assert dealer.recv_multipart()[-2] == b"\xff" * 8  # answered with the end marker at once
     dealer.send_multipart((b"x", b"y", b"z", b"w"))
     sink.publish(stored(1))
+    deadline = time.monotonic() + 10  # publish hands the batch to the sink's thread: in the ring once sent
+    while sink.stats.published < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
     dealer.send_multipart((b"", (0).to_bytes(8, "big")))
     reply = dealer.recv_multipart()
     assert reply[2] == (0).to_bytes(8, "big")
