@@ -121,4 +121,11 @@ FIXED: dict[str, tuple[int, list[Action]]] = {
         ("store", "b", 1, 0), ("restart",), ("lookup", "b", 4, True), ("corrupt", 0, 43), ("store", "c", 1, 2),
         ("release", 6), ("step", 3, 211412815, [("store", "b", 3, 2)]),
     ]),
+    # a slow-to-slow demotion (Redis to disk, room for a store) whose source read found the block
+    # corrupt: no write, and the failed move charged the block in its source again (Redis over
+    # its capacity). Now the mover asks whether the source lost it, and it is lost, not kept there
+    "demotion_source_corrupt": (100077, [
+        ("step", 3, 934531798, [("store", "b", 1, 1)]), ("drain",), ("store", "c", 0, 2), ("corrupt", 0, 8),
+        ("step", 1, 1051247630, [("store", "a", 3, 2)]), ("drain",),
+    ]),
 }  # fmt: skip
