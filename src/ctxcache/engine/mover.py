@@ -143,8 +143,8 @@ class Mover:
             return 0
         if w.dst != src:  # a later move of the key is queued (an erasure's delete from a demotion's source)
             w = self._write_into(move.key, src)
-        if w is None or not w.reserve or self.tiers[src].nbytes(move.key) != w.replaces:
-            return 0
+        if w is None or not w.reserve or w.ahead is not None or self.tiers[src].nbytes(move.key) != w.replaces:
+            return 0  # (``ahead``: a delete queued behind it already counts those bytes)
         move.behind, w.ahead = w, move
         return w.reserve - w.replaces
 
