@@ -40,7 +40,8 @@ class Faults:
         self.point: Callable[[Any, str], None] = lambda tier, what: None
         self.on_refused_write: Callable[[bytes], None] = lambda kb: None
         # Keys a refusal may have kept where they were (docs/storage.md): a refused delete keeps the
-        # block; a refused demotion write keeps it in its source. Shared by every tier of a run.
+        # block; a refused demotion write, or a demotion's read of its source refused (the tier or
+        # its master down), keeps it in its source. Shared by every tier of a run.
         self.kept: set[bytes] = set()
 
     def refuse_write(self, kb: bytes, forced: bool = False) -> bool:
@@ -126,7 +127,10 @@ class SimRedis(BlobTier):
 
     def get_blob(self, key: Hashable) -> bytes | None:
         kb = key_bytes(key)
-        if not self.reachable(kb) or self._decode(kb, drop=False) is None:
+        if not self.reachable(kb):  # a demotion's source read refused: the block stays there
+            self.faults.kept.add(kb)
+            return None
+        if self._decode(kb, drop=False) is None:
             return None
         return self.backend[kb]
 
@@ -212,6 +216,11 @@ class SimDisk(DiskTier):
         if self.faults.down:
             raise OSError(5, "Input/output error")
         return super()._read(kb)
+
+    def get_blob(self, key: Hashable) -> bytes | None:
+        if self.faults.down:  # a demotion's source read refused (EIO): the block stays there
+            self.faults.kept.add(key_bytes(key))
+        return super().get_blob(key)
 
     def put_blobs(self, items: Sequence[tuple[Hashable, bytes]]) -> list[bool]:
         self.faults.point(self, "write")

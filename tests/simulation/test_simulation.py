@@ -21,8 +21,8 @@ _UNVERIFIED = "open: a tenant erased while a tier was down: its blocks there com
 _ERASED = "open: an erased block served again after a restart (not analysed)"
 _CHARGED = "open: a tier charges a block its storage no longer holds"
 OPEN: dict[int, str] = {
-    **dict.fromkeys((4, 8, 9, 15, 35, 39, 40, 75, 83), _USED),
-    **dict.fromkeys((7, 21, 42, 45, 55, 56, 94), _JOURNAL),
+    **dict.fromkeys((9, 15, 35, 40, 75, 83), _USED),
+    **dict.fromkeys((7, 21, 42, 45, 55, 94), _JOURNAL),
     **dict.fromkeys((18, 64), _UNVERIFIED),
     **dict.fromkeys((51,), _ERASED),
     **dict.fromkeys((3, 46, 59, 71), _CHARGED),

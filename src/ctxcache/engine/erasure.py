@@ -193,6 +193,19 @@ def flush_all(e: Engine) -> dict[str, Any]:
     return {"erased_blocks": len(erased) + stored, "found_in_storage": stored, "in_use": busy, "verified": verified}
 
 
+def _stored(e: Engine, key: Hashable) -> bool:
+    """Under the lock: whether a tier may still hold ``key``, a block the index no longer has (its
+    eviction's delete refused: charged again as an orphan, or still queued). Its deadline is all
+    that keeps discovery from serving it after its TTL: it is erased as an indexed one would be."""
+    mover = e.placement.mover
+    for t, slot in enumerate(e.slots):
+        if slot.holds(key) or key in slot.owners or (slot.slow and mover.leaving(key, t)):
+            return True
+        if not slot.slow and key in slot.tier:
+            return True
+    return False
+
+
 def sweep(e: Engine, now: float) -> int:
     """Reclaim expired blocks: O(log n) each (heap pops), never a scan of live blocks."""
     if not len(e.expiry):
@@ -202,7 +215,7 @@ def sweep(e: Engine, now: float) -> int:
         later: list[tuple[Hashable, float, int]] = []
         for key in e.expiry.due(now, SWEEP_BATCH):
             node = e.index.get(key)
-            if node is None:
+            if node is None and not _stored(e, key):
                 e.expiry.forget(key)
                 continue
             if key in e.pins:  # a TTL is a limit on how long data is kept: it wins over a pin
@@ -210,7 +223,7 @@ def sweep(e: Engine, now: float) -> int:
             if _erase_key(e, key):
                 done += 1
             else:  # pinned, or a parent whose children have not expired yet: retry next sweep
-                later.append((key, e.expiry.deadline[key], node.depth))
+                later.append((key, e.expiry.deadline[key], 0 if node is None else node.depth))
         for key, d, depth in later:
             e.expiry.set(key, d, depth)
         e.counters.expired += done

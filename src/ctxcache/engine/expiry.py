@@ -54,13 +54,13 @@ class Expiry:
 
     def due(self, now: float, limit: int | None = None) -> list[Hashable]:
         """Pop the blocks whose deadline has passed (deepest first at equal deadlines)."""
-        out: list[Hashable] = []
+        out: dict[Hashable, None] = {}  # once each: refreshes to the same deadline leave equal entries
         heap, dl = self._heap, self.deadline
         while heap and heap[0][0] <= now and (limit is None or len(out) < limit):
             d, _, _, key = heapq.heappop(heap)
             if dl.get(key) == d:
-                out.append(key)
-        return out
+                out[key] = None
+        return list(out)
 
     def _compact(self) -> None:
         live = {}

@@ -71,6 +71,7 @@ class Move:
     through: bool = False  # a write-through copy of a block a faster tier keeps (engine/through.py)
     ahead: Move | None = None  # a write's: the delete whose ``behind`` it is
     erase: bool = False  # an erasure's or a TTL's delete: journaled where refused (engine/tombstones.py)
+    gone: bool = False  # its slow source no longer had the block (missing, corrupt): lost, not kept there
 
 
 class Mover:
@@ -142,8 +143,8 @@ class Mover:
             return 0
         if w.dst != src:  # a later move of the key is queued (an erasure's delete from a demotion's source)
             w = self._write_into(move.key, src)
-        if w is None or not w.reserve or self.tiers[src].nbytes(move.key) != w.replaces:
-            return 0
+        if w is None or not w.reserve or w.ahead is not None or self.tiers[src].nbytes(move.key) != w.replaces:
+            return 0  # (``ahead``: a delete queued behind it already counts those bytes)
         move.behind, w.ahead = w, move
         return w.reserve - w.replaces
 
@@ -320,7 +321,7 @@ class Mover:
         if head.dst is not None:
             dst = self.tiers[head.dst]
             src = None if head.src is None else self.tiers[head.src]
-            items, movers = [], []
+            items, movers, unread = [], [], []
             for m in batch:
                 try:
                     blob = m.blob if m.blob is not None else self._blob(m, dst, src)
@@ -329,7 +330,13 @@ class Mover:
                 if blob is not None:
                     items.append((m.key, blob))
                     movers.append(m)
+                elif m.payload is None and src is not None and src.slow:
+                    unread.append(m)
+            gone = [m for m in unread if self._vanished(m, src)] if src is not None else []
             with self.lock:
+                for m in gone:  # the source stopped charging it (outside the lock): its release follows now
+                    self.slots[m.src].reserve(0, -m.release)  # type: ignore[index]
+                    m.release, m.gone = 0, True
                 self._landing = [(key_bytes(m.key), m) for m in movers]
             for m, good in zip(movers, dst.put_blobs(items) if items else []):
                 m.ok = good
@@ -378,6 +385,19 @@ class Mover:
                     self.slots[pos].reserve(-m.reserve, -m.replaces)
                     m.reserve = m.replaces = 0  # settled: the report has nothing left to settle
                     return
+
+    @staticmethod
+    def _vanished(m: Move, src: Tier) -> bool:
+        """Lock released: slow tier ``src`` gave no blob for ``m``'s block. Gone (missing, or corrupt:
+        the tier deleted it and stopped charging it, as a lookup's read would), or only out of reach
+        (down, a Cluster master down: still stored and charged, it stays there)? Asked by a read
+        that tells the two apart (``load_many``'s ``unavailable``); on failures only."""
+        down: set[int] = set()
+        try:
+            block = src.load_many([m.key], [None], down)[0]
+        except Exception:  # noqa: BLE001 - out of reach: kept
+            return False
+        return block is None and not down and m.key not in src
 
     @staticmethod
     def _blob(m: Move, dst: Tier, src: Tier | None) -> bytes | None:

@@ -336,7 +336,7 @@ class Placement:
             self._refused_again(m.src, m.key, m.kept or 0)
         if m.dst is None or m.ok:
             return
-        self.c.write_errors += 1
+        self.c.write_errors += not m.gone  # gone: its source had lost it (corrupt), no write was tried
         dst, node = self.slots[m.dst], self.index.get(m.key)
         # A move of the key into or out of this tier queued behind (an erasure's delete, a store
         # after it) settles it there; a move elsewhere does not (a write-through copy into a

@@ -152,6 +152,8 @@ class Slot:
         holds for it; a key still charged, re-admitted after a refused eviction, keeps its charge).
         A block whose delete failed, placed here again (stored, promoted, demoted onto its copy),
         is wanted: its delete no longer applies, so it is no retry (``victim`` would take it first)."""
+        if key in self.policy:  # resident already: inserted twice, a policy's queues keep it twice (s3fifo)
+            self.policy.on_remove(key)
         self.policy.on_insert(key)
         if self.retry:
             self.retry.pop(key, None)
