@@ -15,7 +15,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --no-compile torch==2.13.0 -e '.[dev,sim,model,server,redis,semantic,crypto,events]'
 	rm -f $(VENV)/.installed-* && touch $@
 
+# The compiled key walk (ctxcache._native, docs/ARCHITECTURE.md): built in place when a source
+# changed; without a C compiler it warns and ctxcache runs its pure-Python walk.
 install: $(STAMP)
+	$(BIN)/python tools/build_native.py
 
 # The main job: prepare the default model (once) and serve it with the embedded default tiers.
 run: install
@@ -209,4 +212,4 @@ bench-retention: install
 	$(BIN)/python benchmarks/retention/bench_truncation.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache build/mutation build/known-mutants
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache build/mutation build/known-mutants build/native src/ctxcache/_native*.so
