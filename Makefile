@@ -66,6 +66,7 @@ bench: bench-policies bench-tiers bench-serving bench-index bench-semantic bench
 bench-quick: install redis-server
 	$(BIN)/pip install -q libcachesim
 	$(BIN)/python benchmarks/index/bench_lookup.py
+	$(BIN)/python benchmarks/index/bench_native.py
 	$(BIN)/python benchmarks/tiers/bench_tiers.py
 	$(BIN)/python benchmarks/policies/bench_sim.py
 	$(BIN)/python benchmarks/policies/bench_libcachesim_check.py
@@ -124,6 +125,7 @@ bench-index: install
 	$(BIN)/python benchmarks/index/bench_lookup_ab.py --blocks 1500000 > benchmarks/results/lookup_ab.json
 	$(BIN)/python benchmarks/index/bench_lookup_parts_cold.py --blocks 4000000
 	$(BIN)/python benchmarks/index/bench_lookup.py
+	$(BIN)/python benchmarks/index/bench_native.py
 	$(BIN)/python benchmarks/index/bench_machine_floor.py --seconds 600
 	$(BIN)/pip install -q --target build/preshed preshed==3.0.15
 	PYTHONPATH=build/preshed $(BIN)/python benchmarks/index/bench_compact_map.py

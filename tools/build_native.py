@@ -14,6 +14,7 @@ would take them; objects go to build/native/.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import shlex
 import subprocess
@@ -43,8 +44,9 @@ def sources() -> tuple[list[Path], list[str]]:
 
 
 def compiler() -> tuple[list[str], list[str]]:
-    cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
-    ld = shlex.split(sysconfig.get_config_var("LDSHARED") or f"{cc[0]} -shared")
+    """$CC and $LDSHARED when set (as setuptools reads them), else the interpreter's own."""
+    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    ld = shlex.split(os.environ.get("LDSHARED") or sysconfig.get_config_var("LDSHARED") or f"{cc[0]} -shared")
     if sys.platform == "darwin" and "-bundle" not in ld:
         ld += ["-bundle", "-undefined", "dynamic_lookup"]
     return cc, ld
