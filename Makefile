@@ -15,7 +15,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --no-compile torch==2.13.0 -e '.[dev,sim,model,server,redis,semantic,crypto,events]'
 	rm -f $(VENV)/.installed-* && touch $@
 
+# The compiled key walk (ctxcache._native, docs/ARCHITECTURE.md): built in place when a source
+# changed; without a C compiler it warns and ctxcache runs its pure-Python walk.
 install: $(STAMP)
+	$(BIN)/python tools/build_native.py
 
 # The main job: prepare the default model (once) and serve it with the embedded default tiers.
 run: install
@@ -71,6 +74,7 @@ bench: bench-policies bench-tiers bench-serving bench-index bench-semantic bench
 bench-quick: install redis-server
 	$(BIN)/pip install -q libcachesim
 	$(BIN)/python benchmarks/index/bench_lookup.py
+	$(BIN)/python benchmarks/index/bench_native.py
 	$(BIN)/python benchmarks/tiers/bench_tiers.py
 	$(BIN)/python benchmarks/policies/bench_sim.py
 	$(BIN)/python benchmarks/policies/bench_libcachesim_check.py
@@ -129,6 +133,7 @@ bench-index: install
 	$(BIN)/python benchmarks/index/bench_lookup_ab.py --blocks 1500000 > benchmarks/results/lookup_ab.json
 	$(BIN)/python benchmarks/index/bench_lookup_parts_cold.py --blocks 4000000
 	$(BIN)/python benchmarks/index/bench_lookup.py
+	$(BIN)/python benchmarks/index/bench_native.py
 	$(BIN)/python benchmarks/index/bench_machine_floor.py --seconds 600
 	$(BIN)/pip install -q --target build/preshed preshed==3.0.15
 	PYTHONPATH=build/preshed $(BIN)/python benchmarks/index/bench_compact_map.py
@@ -222,4 +227,4 @@ bench-retention: install
 	$(BIN)/python benchmarks/retention/bench_truncation.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache build/mutation build/known-mutants
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache build/mutation build/known-mutants build/native src/ctxcache/_native*.so

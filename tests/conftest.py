@@ -286,3 +286,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if not (os.environ.get("PYTEST_XDIST_WORKER") or getattr(config.option, "numprocesses", None)):
         return
     faulthandler.dump_traceback_later(120, exit=True, file=sys.__stderr__)
+
+
+@pytest.fixture(params=["native", "python"])
+def key_walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test twice: hashers made in it use the compiled key walk, then the pure-Python one
+    (``pytestmark = pytest.mark.usefixtures("key_walk")``). Native is skipped where it is not built."""
+    from ctxcache import accel
+
+    if request.param == "python":
+        monkeypatch.setattr(accel, "native", None)
+    elif accel.native is None:
+        pytest.skip(f"ctxcache._native: {accel.reason}")
+    return str(request.param)

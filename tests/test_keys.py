@@ -6,6 +6,8 @@ import pytest
 from ctxcache.errors import ConfigError, InvalidTokensError, TokenTypeError
 from ctxcache.keys import KEY_BYTES, BlockHasher, Namespace, as_token_array
 
+pytestmark = pytest.mark.usefixtures("key_walk")  # compiled and pure-Python (conftest.py)
+
 
 def test_chain_depends_on_every_earlier_token():
     h = BlockHasher(4)

@@ -8,6 +8,8 @@ import pytest
 from ctxcache.errors import InvalidTokensError
 from ctxcache.keys import BlockHasher, Namespace, as_token_array
 
+pytestmark = pytest.mark.usefixtures("key_walk")  # compiled and pure-Python (conftest.py)
+
 SWAPPED = ">" if np.little_endian else "<"  # the byte order this machine does not use
 DTYPES = [f"{SWAPPED}{c}{n}" for c in "iu" for n in (2, 4, 8)]
 

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from . import __version__
+from . import __version__, accel
 from .cache import ContextCache
 from .cli_cache import cache_app
 from .cli_replicate import replicate
@@ -39,10 +39,23 @@ def _fail(msg: str) -> NoReturn:
     raise typer.Exit(2)
 
 
+@app.callback()
+def _options(
+    no_native: Annotated[
+        bool,
+        typer.Option("--no-native", help="the pure-Python key walk, not the compiled one (as CTXCACHE_NO_NATIVE=1)"),
+    ] = False,
+) -> None:
+    if no_native:
+        accel.use_native(False)
+
+
 @app.command()
 def version() -> None:
-    """Print the version."""
+    """Print the version, and which key walk runs (compiled or pure Python)."""
     console.print(__version__)
+    d = accel.describe()
+    console.print(f"key walk: {d['key_walk']} ({d['reason']})", highlight=False)
 
 
 @app.command()

@@ -3,35 +3,65 @@ the lookup through the store to a pin, because they all take the request's Promp
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 import ctxcache.keys as keys_mod
-from ctxcache import ContextCache
+from ctxcache import ContextCache, accel
 from ctxcache.keys import BlockHasher, Namespace
 from ctxcache.server.pins import PinManager
 
 BS = 4
 
 
-@pytest.fixture
-def counted(monkeypatch):
-    """Counts token validations and hashed blocks (every key comes out of BlockHasher._stream)."""
+@pytest.fixture(params=["python", "native"])
+def counted(request, monkeypatch):
+    """Counts token validations and hashed blocks: in the pure-Python walk every key comes out of
+    BlockHasher._stream; in the compiled one (ctxcache._native) out of its chain and walk."""
     n = {"validated": 0, "hashed": 0}
     validate, stream = keys_mod.as_token_array, BlockHasher._stream
 
-    def as_token_array(tokens):
+    def as_token_array(tokens):  # Prompt.extend validates its new tokens here under either walk
         n["validated"] += 1
         return validate(tokens)
+
+    monkeypatch.setattr(keys_mod, "as_token_array", as_token_array)
+    if request.param == "native":
+        if accel.native is None:
+            pytest.skip(f"ctxcache._native: {accel.reason}")
+        monkeypatch.setattr(accel, "native", _counting_native(accel.native, n))
+        return n
+    monkeypatch.setattr(accel, "native", None)
 
     def _stream(self, *args):
         for key in stream(self, *args):
             n["hashed"] += 1
             yield key
 
-    monkeypatch.setattr(keys_mod, "as_token_array", as_token_array)
     monkeypatch.setattr(BlockHasher, "_stream", _stream)
     return n
+
+
+def _counting_native(native, n):
+    def token_bytes(tokens):
+        n["validated"] += 1
+        return native.token_bytes(tokens)
+
+    def chain(*args):
+        out = native.chain(*args)
+        n["hashed"] += len(out)
+        return out
+
+    def walk(buf, stride, blocks, keys, *rest):
+        had = len(keys)
+        try:
+            return native.walk(buf, stride, blocks, keys, *rest)
+        finally:
+            n["hashed"] += len(keys) - had
+
+    return SimpleNamespace(token_bytes=token_bytes, chain=chain, walk=walk)
 
 
 def test_lookup_store_and_pin_share_one_validation_and_one_hash_per_block(counted):

@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from .. import accel
 from ..cache import ContextCache
 from ..errors import CtxCacheError
 from .config import DEFAULT_TENANT, ServerConfig, load_server_config
@@ -108,6 +109,7 @@ def _print_config(cfg: ServerConfig, cache_cfg: dict[str, Any], src: dict[str, s
             "uvicorn_log_level": over.uvicorn_log_level,
         },
         "sources": {**src, **{f"flag.{k}": v for k, v in over.sources.items()}},
+        "native": accel.describe(),  # the compiled key walk, or why the pure-Python one runs
     }
     print(json.dumps(out, indent=1, default=str))
 

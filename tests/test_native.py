@@ -1,0 +1,229 @@
+"""The compiled key walk (ctxcache._native) against the pure-Python reference in keys.py.
+
+Every function of the module must give exactly what keys.py computes: the same keys (a key that
+differs strands every block in a persistent tier), the same validated token bytes (or None where
+keys.py must decide and name the error), the same walk. Skipped where the module is not built; the
+fallback's own selection is tested either way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxcache import accel
+from ctxcache.keys import HASHES, BlockHasher, Namespace, as_token_array
+
+native = pytest.importorskip("ctxcache._native", reason="ctxcache._native is not built (tools/build_native.py)")
+SRC = Path(__file__).resolve().parents[1] / "src"
+EDGE_IDS = [0, 1, 127, 128, 255, 256, 2**15, 2**16 - 1, 2**24, 2**31 - 2, 2**31 - 1]
+
+
+def hashers(block_size: int, hash_name: str) -> tuple[BlockHasher, BlockHasher]:
+    """The same hasher twice: compiled, then pure Python."""
+    fast = BlockHasher(block_size, hash_name)
+    slow = BlockHasher(block_size, hash_name)
+    fast._native, slow._native = native, None  # built but switched off (CTXCACHE_NO_NATIVE): tested all the same
+    return fast, slow
+
+
+def namespaces(rng: np.random.Generator) -> list[Namespace]:
+    salt = bytes(rng.integers(0, 256, size=int(rng.integers(0, 40)), dtype=np.uint8))
+    return [Namespace(), Namespace("t", model="m", salt=b"s"), Namespace(f"t{rng.integers(1e9)}", salt=salt)]
+
+
+@pytest.mark.parametrize("hash_name", HASHES)
+@pytest.mark.parametrize("block_size", [1, 2, 3, 16, 255, 256, 257, 1024])
+def test_chain_gives_the_python_keys(hash_name, block_size):
+    rng = np.random.default_rng(block_size)
+    fast, slow = hashers(block_size, hash_name)
+    for ns in namespaces(rng):
+        for n_tokens in (0, block_size - 1, block_size, 3 * block_size + 1, 17 * block_size):
+            toks = rng.integers(0, 2**31, size=n_tokens, dtype=np.int64)
+            toks[: len(EDGE_IDS)] = EDGE_IDS[: len(toks)]
+            buf = as_token_array(toks).tobytes()
+            n = len(toks) // block_size
+            want = list(slow._stream(buf, ns, ns.root, 0, n))
+            assert list(fast._stream(buf, ns, ns.root, 0, n)) == want
+            assert fast.keys(toks, ns) == slow.keys(toks, ns) == want
+            for start in {0, n // 2, n}:  # chained on a key in the middle, as Prompt.keys does
+                parent = want[start - 1] if start else ns.root
+                assert (
+                    native.chain(buf, block_size * 4, start, n, parent, ns.secret, HASHES.index(hash_name))
+                    == (want[start:])
+                )
+
+
+def test_chain_refuses_bad_arguments():
+    ns, buf = Namespace(), bytes(64)
+    with pytest.raises(ValueError, match="outside"):
+        native.chain(buf, 16, 0, 5, ns.root, ns.secret, 0)
+    with pytest.raises(ValueError, match="16 bytes"):
+        native.chain(buf, 16, 0, 1, b"short", ns.secret, 0)
+    with pytest.raises(ValueError, match="32 bytes"):
+        native.chain(buf, 16, 0, 1, ns.root, b"x", 0)
+    with pytest.raises(ValueError, match="kind"):
+        native.chain(buf, 16, 0, 1, ns.root, ns.secret, 7)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        native.chain(buf, 6, 0, 1, ns.root, ns.secret, 0)
+
+
+SWAPPED = ">" if sys.byteorder == "little" else "<"
+TOKEN_CASES = [
+    [], [0], [1, 2, 3], EDGE_IDS, tuple(EDGE_IDS), [2**31], [-1], [1, -5, 3], [True, 2], [True, False], [1, 2.0],
+    [1, np.int64(2)], [1, 2**70], ["a"], [None], [[1, 2]],
+    *(np.array(EDGE_IDS[:6], dtype=d) for d in ("i2", "u2", "i4", "u4", "i8", "u8", f"{SWAPPED}i4", f"{SWAPPED}u8")),
+    np.array(EDGE_IDS, dtype=np.int64), np.array(EDGE_IDS, dtype=np.uint32), np.array([0, 200], dtype=np.uint8),
+    np.array([1, -1], dtype=np.int32), np.array([1, -1], dtype=np.int64), np.array([2**31], dtype=np.int64),
+    np.array([2**31], dtype=np.uint32), np.array([2**63], dtype=np.uint64), np.array([1.0, 2.0]),
+    np.array([True, False]), np.array([[1, 2]], dtype=np.int32), np.arange(10, dtype=np.int32)[::2],
+    np.empty(0, dtype=np.int32), np.empty((0, 3), dtype=np.int32), np.array(5, dtype=np.int32),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("tokens", TOKEN_CASES, ids=repr)
+def test_token_bytes_is_as_token_array_or_none(tokens):
+    try:
+        want = as_token_array(tokens).tobytes()
+    except (TypeError, ValueError):  # InvalidTokensError / TokenTypeError: the Python path names it
+        want = None
+    got = native.token_bytes(tokens)
+    assert got is None or got == want
+    fast, slow = hashers(4, "xxh3")
+    ns = Namespace()
+    if want is None:
+        with pytest.raises((TypeError, ValueError)) as err:
+            fast.prompt(tokens, ns)
+        with pytest.raises(err.type, match=re.escape(str(err.value))):
+            slow.prompt(tokens, ns)
+        return
+    p, q = fast.prompt(tokens, ns), slow.prompt(tokens, ns)
+    assert p.buf == q.buf and p.tokens.tolist() == q.tokens.tolist() and p.keys() == q.keys()
+
+
+def test_plain_ids_take_the_compiled_path():
+    # The common inputs must not fall back to numpy conversion: None here would be a silent slowdown.
+    for tokens in ([5, 6], (5, 6), np.array([5, 6], dtype=np.int32), np.array([5, 6]), np.array([5, 6], dtype="u2")):
+        assert native.token_bytes(tokens) == b"\5\0\0\0\6\0\0\0"
+    arr = np.arange(8, dtype=np.int32)
+    fast, _ = hashers(4, "xxh3")
+    assert fast.prompt(arr, Namespace()).tokens is arr  # the caller's array, not a copy
+
+
+class _Stored:
+    def __init__(self, tokens: object) -> None:
+        self.tokens = tokens
+
+
+def _table(pairs, rng):
+    """Stored blocks for a chain, some wrong: other tokens (a collision), shorter, or not bytes."""
+    table = {}
+    for k, d in pairs:
+        r = rng.random()
+        wrong = [(0.05, b"\1" + d[1:]), (0.08, d[:-4]), (0.12, memoryview(d)), (0.15, bytearray(d)), (1.0, d)]
+        table[k] = _Stored(next(v for p, v in wrong if r < p))
+        if r > 0.97:
+            del table[k]
+    return table
+
+
+@pytest.mark.parametrize("hash_name", HASHES)
+def test_walk_gives_the_python_match(hash_name):
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        bs = int(rng.choice([1, 4, 16, 64]))
+        fast, slow = hashers(bs, hash_name)
+        ns = namespaces(rng)[int(rng.integers(3))]
+        toks = rng.integers(0, 2**31, size=int(rng.integers(0, 40 * bs)), dtype=np.int64)
+        pairs = list(slow.chain(as_token_array(toks), ns))
+        table = _table(pairs, rng)
+        shards: list[dict] = [{} for _ in range(256)]
+        for k, v in table.items():
+            shards[k[-1]][k] = v
+        known = int(rng.integers(0, len(pairs) + 2))
+        for args in ({"get": table.get}, {"shards": shards}):
+            p, q = fast.prompt(toks, ns), slow.prompt(toks, ns)
+            p.keys(known), q.keys(known)
+            got, want = fast.walk(p, **args), slow.walk(q, **args)
+            assert [id(x) for x in got] == [id(x) for x in want]
+            assert p._keys == q._keys  # hashed as far as the walk went, no further
+
+
+def test_walk_passes_errors_through():
+    fast, _ = hashers(4, "xxh3")
+    p = fast.prompt(list(range(8)), Namespace())
+
+    def boom(key):
+        raise RuntimeError("tier down")
+
+    with pytest.raises(RuntimeError, match="tier down"):
+        fast.walk(p, boom)
+    assert len(p._keys) == 1  # the key was kept before the lookup failed, as in keys.py
+    with pytest.raises(AttributeError):
+        fast.walk(fast.prompt(list(range(8)), Namespace()), {}.fromkeys(p._keys, object()).get)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 2**31 - 1), max_size=70),
+    st.integers(1, 9),
+    st.sampled_from(HASHES),
+    st.binary(max_size=12),
+)
+def test_keys_match_for_any_tokens(tokens, block_size, hash_name, salt):
+    fast, slow = hashers(block_size, hash_name)
+    ns = Namespace("t", salt=salt)
+    assert fast.keys(tokens, ns) == slow.keys(tokens, ns)
+    arr = np.array(tokens, dtype=np.int64)
+    assert fast.keys(arr, ns) == slow.keys(arr, ns)
+
+
+def _describe(env: dict[str, str], pre: str = "") -> str:
+    code = f"{pre}\nfrom ctxcache import accel; print(accel.describe()['key_walk'], accel.describe()['reason'])"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(SRC), **env}, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_the_fallback_is_chosen_at_import():
+    assert _describe({"CTXCACHE_NO_NATIVE": ""}).startswith("native")
+    assert _describe({"CTXCACHE_NO_NATIVE": "1"}) == "python disabled by CTXCACHE_NO_NATIVE=1"
+    # No compiler at install: the module is absent, and ctxcache still imports and hashes.
+    absent = "import sys; sys.modules['ctxcache._native'] = None"
+    assert _describe({"CTXCACHE_NO_NATIVE": ""}, absent).startswith("python not built")
+
+
+active = pytest.mark.skipif(accel.native is None, reason=f"the compiled walk is not active: {accel.reason}")
+
+
+@active
+def test_use_native_switches_later_hashers(monkeypatch):
+    monkeypatch.setattr(accel, "native", accel.native)
+    monkeypatch.setattr(accel, "reason", accel.reason)
+    accel.use_native(False)
+    assert BlockHasher(4)._native is None and accel.describe()["key_walk"] == "python"
+    accel.use_native(True)
+    assert BlockHasher(4)._native is native and accel.describe()["key_walk"] == "native"
+
+
+@active
+def test_cli_reports_and_switches_the_key_walk(monkeypatch):
+    from typer.testing import CliRunner
+
+    from ctxcache.cli import app
+
+    monkeypatch.setattr(accel, "native", accel.native)
+    monkeypatch.setattr(accel, "reason", accel.reason)
+    assert "key walk: native (built)" in CliRunner().invoke(app, ["version"]).output
+    res = CliRunner().invoke(app, ["--no-native", "version"])
+    assert res.exit_code == 0 and "key walk: python (disabled (--no-native))" in res.output
