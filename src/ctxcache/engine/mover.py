@@ -39,8 +39,9 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..tiers import BlockMeta, Tier
+from ..tiers import BlockMeta
 from ..tiers.base import key_bytes
+from . import moves as _moves
 from . import tombstones
 from .slot import Slot
 
@@ -324,7 +325,7 @@ class Mover:
             items, movers, unread = [], [], []
             for m in batch:
                 try:
-                    blob = m.blob if m.blob is not None else self._blob(m, dst, src)
+                    blob = m.blob if m.blob is not None else _moves.blob_for(m, dst, src)
                 except Exception:  # noqa: BLE001 - e.g. a payload the codec refuses: this move fails
                     blob = None
                 if blob is not None:
@@ -332,7 +333,7 @@ class Mover:
                     movers.append(m)
                 elif m.payload is None and src is not None and src.slow:
                     unread.append(m)
-            gone = [m for m in unread if self._vanished(m, src)] if src is not None else []
+            gone = [m for m in unread if _moves.vanished(m, src)] if src is not None else []
             with self.lock:
                 for m in gone:  # the source stopped charging it (outside the lock): its release follows now
                     self.slots[m.src].reserve(0, -m.release)  # type: ignore[index]
@@ -385,33 +386,3 @@ class Mover:
                     self.slots[pos].reserve(-m.reserve, -m.replaces)
                     m.reserve = m.replaces = 0  # settled: the report has nothing left to settle
                     return
-
-    @staticmethod
-    def _vanished(m: Move, src: Tier) -> bool:
-        """Lock released: slow tier ``src`` gave no blob for ``m``'s block. Gone (missing, or corrupt:
-        the tier deleted it and stopped charging it, as a lookup's read would), or only out of reach
-        (down, a Cluster master down: still stored and charged, it stays there)? Asked by a read
-        that tells the two apart (``load_many``'s ``unavailable``); on failures only."""
-        down: set[int] = set()
-        try:
-            block = src.load_many([m.key], [None], down)[0]
-        except Exception:  # noqa: BLE001 - out of reach: kept
-            return False
-        return block is None and not down and m.key not in src
-
-    @staticmethod
-    def _blob(m: Move, dst: Tier, src: Tier | None) -> bytes | None:
-        """The block encoded with ``dst``'s codec, from the payload or from the source tier."""
-        assert dst.codec is not None
-        if m.payload is not None:
-            return dst.codec.encode(
-                m.payload, key_bytes(m.key), m.meta.tokens, m.meta.parent, m.meta.depth, m.meta.tenant
-            )
-        if src is None:
-            return None
-        if src.codec is not None and src.codec.same_format(dst.codec):
-            return src.get_blob(m.key)  # verified by the source, copied as is
-        block = src.load_many([m.key], [None])[0]
-        if block is None:
-            return None
-        return dst.codec.encode(block.payload, key_bytes(m.key), block.tokens, block.parent, block.depth, block.tenant)
