@@ -41,6 +41,7 @@ TYPE_ONLY_CIRCLES = [
         "ctxcache.engine.through",
         "ctxcache.engine.tombstones",
         "ctxcache.engine.ttl",
+        "ctxcache.engine.write_lag",
     ],
     ["ctxcache.semantic.cache", "ctxcache.semantic.erasure"],
 ]

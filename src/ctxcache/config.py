@@ -52,11 +52,12 @@ class CacheConfig:
     tiers: list[TierConfig] = field(default_factory=list)
     promote: bool = True  # copy blocks hit in a slower tier into the top tier
     write_buffer: int = 256 << 20  # RAM that queued writes to disk/redis may hold
+    write_lag: float = 1.0  # seconds a write-through copy may wait before stores wait (0: never)
     tenants: dict[str, Any] = field(default_factory=dict)  # [tenants.<id>]: see engine/tenancy.py
     tenancy: dict[str, Any] = field(default_factory=dict)  # [tenancy]: secret, max_pinned, ...
 
 
-_TOP = {"block_size", "hash", "model", "salt", "tiers", "promote", "write_buffer", "tenants", "tenancy"}
+_TOP = {"block_size", "hash", "model", "salt", "tiers", "promote", "write_buffer", "write_lag", "tenants", "tenancy"}
 _TIER = {"kind", "capacity", "policy", "high", "low", "name", "write"}
 _WRITES = ("through", "demote")
 
@@ -104,7 +105,15 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str]) -> CacheConf
         tiers=tiers,
         promote=promote,
         write_buffer=parse_size(data.get("write_buffer", 256 << 20)),
+        write_lag=_write_lag(data.get("write_lag", 1.0)),
     )
+
+
+def _write_lag(value: object) -> float:
+    """Seconds, or 0 / "0s" / false to never make stores wait for the write-through queue."""
+    if value is False or value == 0 or value in ("0", "0s", "0ms"):
+        return 0.0
+    return parse_duration(value, "write_lag")  # type: ignore[arg-type]
 
 
 def _tier(i: int, t: object) -> TierConfig:

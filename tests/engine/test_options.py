@@ -36,17 +36,18 @@ def test_every_option_reaches_the_engine_and_the_defaults_are_as_documented():
 
     given: EngineOptions = {
         "block_size": 16, "hash": "blake3", "model": "m", "salt": "s", "clock": clock, "promote": False,
-        "write_buffer": 1 << 20, "tenancy": None,
+        "write_buffer": 1 << 20, "write_lag": 0.25, "tenancy": None,
     }  # fmt: skip
     assert set(given) == EngineOptions.__optional_keys__  # a new option: add it here too
     with ContextCache([MemoryTier(1 << 20)], **given) as cache:
         e = cache._engine
         got = (e.block_size, e.hasher.hash, e.model, e.salt, e.clock, e.placement.promote, e.placement.write_buffer)
-        assert got == (16, "blake3", "m", b"s", clock, False, 1 << 20) and e.tenancy is None
+        assert got == (16, "blake3", "m", b"s", clock, False, 1 << 20) and e.tenancy is None and e.write_lag == 0.25
     with ContextCache([MemoryTier(1 << 20)]) as cache:
         e = cache._engine
         got = (e.block_size, e.hasher.hash, e.model, e.salt, e.clock, e.placement.promote, e.placement.write_buffer)
         assert got == (256, "xxh3", "default", b"", time.monotonic, True, 256 << 20) and e.tenancy is None
+        assert e.write_lag == 1.0
 
 
 def test_an_unknown_option_is_refused_by_name():
@@ -68,7 +69,7 @@ def test_from_config_hands_every_config_field_to_the_engine():
     """Each CacheConfig field set away from its default reaches the engine (``tiers`` go to make_tier)."""
     cfg = {
         "block_size": 16, "hash": "blake3", "model": "m", "salt": "s", "promote": False, "write_buffer": "1MiB",
-        "tenants": {"a": {"api_keys": ["key-a"]}}, "tenancy": {"max_pinned": 4096},
+        "write_lag": "250ms", "tenants": {"a": {"api_keys": ["key-a"]}}, "tenancy": {"max_pinned": 4096},
         "tiers": [{"kind": "memory", "capacity": "1MiB"}],
     }  # fmt: skip
     assert set(cfg) == {f.name for f in dataclasses.fields(CacheConfig)}  # a new field: set it here too
@@ -79,6 +80,6 @@ def test_from_config_hands_every_config_field_to_the_engine():
     with ContextCache.from_config(cfg, clock=clock) as cache:
         e = cache._engine
         got = (e.block_size, e.hasher.hash, e.model, e.salt, e.clock, e.placement.promote, e.placement.write_buffer)
-        assert got == (16, "blake3", "m", b"s", clock, False, 1 << 20)
+        assert got == (16, "blake3", "m", b"s", clock, False, 1 << 20) and e.write_lag == 0.25
         assert e.tenancy is not None and e.tenancy.authenticate("key-a") == "a" and e.tenancy.max_pinned == 4096
         assert cache.slots[0].capacity == 1 << 20

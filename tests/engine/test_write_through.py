@@ -138,7 +138,8 @@ def test_the_write_buffer_bounds_the_queue_and_the_store_never_waits(tmp_path):
     probe = FakeSlowTier(1 << 20)
     probe.token_bytes = 4 * BS  # as the engine sets it: headers carry a block's token bytes
     size = probe.size_of(payloads(prompt_of(0))[0])
-    cache = ContextCache([MemoryTier(1 << 20), slow], block_size=BS, write_buffer=3 * size)
+    # write_lag=0: the buffer alone bounds the queue here (test_write_lag.py: stores that wait)
+    cache = ContextCache([MemoryTier(1 << 20), slow], block_size=BS, write_buffer=3 * size, write_lag=0)
     ask(cache, "default", prompt_of(1))  # 3 copies fit the buffer, the 4th is dropped
     assert gate.entered.wait(10)
     done = threading.Event()

@@ -31,7 +31,7 @@ from .factory import make_slots
 from .fairness import Fairness
 from .lookup import Match
 from .operator_pins import OperatorPins
-from .options import EngineOptions, check_options
+from .options import EngineOptions, check_options, write_lag_of
 from .placement import LOST, Placement
 from .sealing import TenantSealer
 from .slot import ORPHAN, Counters, Slot
@@ -72,16 +72,12 @@ class Engine:
         self.buckets: dict[str, TokenBucket] = {}
         self.tenant_stats: dict[str, dict[str, int]] = {}  # written by the lookup only
         self.placement = Placement(
-            self.slots,
-            self.index,
-            self.lock,
-            self.counters,
-            promote=options.get("promote", True),
-            write_buffer=options.get("write_buffer", 256 << 20),
-            manual=not background,
-        )
+            self.slots, self.index, self.lock, self.counters, promote=options.get("promote", True),
+            write_buffer=options.get("write_buffer", 256 << 20), manual=not background,
+        )  # fmt: skip
         self.pins = OperatorPins(self.index, self.placement.prune)  # an operator's, not a lookup's
-        self.through = tiers_of(self.placement)  # slow tiers every store also queues to
+        # the slow tiers every store also queues to, and how far behind their copies may fall
+        self.through, self.write_lag = tiers_of(self.placement), write_lag_of(options.get("write_lag", 1.0))
         # One RAM tier of live objects: lookups need no verification beyond the index's.
         self.simple = len(self.slots) == 1 and self.placement.all_memory and self.tiers[0].codec is None
         self.leaving: str | None = None  # why blocks leave tiers now, when not placement's own doing (events)

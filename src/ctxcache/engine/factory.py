@@ -34,6 +34,7 @@ def engine_options(cfg: CacheConfig) -> EngineOptions:
         salt=cfg.salt,
         promote=cfg.promote,
         write_buffer=cfg.write_buffer,
+        write_lag=cfg.write_lag,
         tenancy=load_tenancy(cfg.tenants, cfg.tenancy),
     )
 

@@ -102,6 +102,7 @@ class Mover:
         # simulation interleaves them with requests), and waiting for it runs the queue in place.
         self.manual = manual
         self._stepping = False
+        self.per_move = 0.0  # seconds a move takes the tiers, recent average (engine/write_lag.py)
 
     def submit(self, move: Move) -> None:
         """Queue a move (caller holds the lock) and charge its bytes."""
@@ -201,23 +202,23 @@ class Mover:
         """Whether a move of ``key`` out of tier ``pos`` (a demotion, a delete) has not reported yet."""
         return self._leaving[key, pos] > 0
 
+    def wait_for(self, done: Callable[[], bool], timeout: float | None = None) -> bool:
+        """Block until ``done()`` (checked under the lock after each batch) or ``timeout`` (False).
+        The caller must not hold the lock. A manual mover runs its queue in place meanwhile."""
+        if self.manual:
+            while not done() and not self._stepping and self.step():
+                pass
+            return done()
+        with self.lock:
+            return self._idle.wait_for(done, timeout)
+
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until every queued move is done. The caller must not hold the lock."""
-        if self.manual:
-            while not self._stepping and self.step():
-                pass
-            return not self.queue and not self.busy
-        with self.lock:
-            return self._idle.wait_for(lambda: not self.queue and not self.busy, timeout)
+        return self.wait_for(lambda: not self.queue and not self.busy, timeout)
 
     def wait_buffer(self, limit: int, timeout: float | None = None) -> bool:
         """Block until queued payloads hold at most ``limit`` bytes (caller must not hold the lock)."""
-        if self.manual:
-            while self.buffered > limit and not self._stepping and self.step():
-                pass
-            return self.buffered <= limit or not self.queue
-        with self.lock:
-            return self._idle.wait_for(lambda: self.buffered <= limit or not self.queue, timeout)
+        return self.wait_for(lambda: self.buffered <= limit or not self.queue, timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Finish the queue, then end the thread."""
@@ -270,12 +271,15 @@ class Mover:
         return batch
 
     def _run_batch(self, batch: list[Move]) -> None:
+        t0 = time.monotonic()
         try:
             self._perform(batch)
         except Exception:  # noqa: BLE001 - a failing backend must not kill the writer
             for m in batch:
                 m.ok = False
+        per = (time.monotonic() - t0) / len(batch)
         with self.lock:
+            self.per_move = per if not self.per_move else 0.8 * self.per_move + 0.2 * per
             self._unreported = list(batch)
             for m in batch:
                 self._unreported.pop(0)

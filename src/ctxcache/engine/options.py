@@ -24,6 +24,8 @@ class EngineOptions(TypedDict, total=False):
     clock: seconds, monotonic; drives time-aware policies and TTLs [time.monotonic].
     promote: copy hits from slower tiers into the top tier [True].
     write_buffer: bytes of RAM that queued writes to slow tiers may hold [256 MiB].
+    write_lag: seconds a write-through copy may wait in the mover's queue before stores wait for
+        it (what a SIGKILL can lose at most; 0: never wait) [1.0].
     tenancy: the configured tenants (None: one implicit tenant per namespace name) [None].
     """
 
@@ -34,6 +36,7 @@ class EngineOptions(TypedDict, total=False):
     clock: Clock
     promote: bool
     write_buffer: int
+    write_lag: float
     tenancy: Tenancy | None
 
 
@@ -45,3 +48,10 @@ def check_options(options: Mapping[str, object]) -> None:
             f"unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
             f"known: {', '.join(sorted(EngineOptions.__optional_keys__))}"
         )
+
+
+def write_lag_of(value: object) -> float:
+    """``write_lag`` as seconds: a finite number >= 0 (0: stores never wait for write-through)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise ValueError(f"write_lag must be seconds >= 0 (0: never wait), got {value!r}")
+    return float(value)

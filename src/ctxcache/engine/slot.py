@@ -78,6 +78,8 @@ class Counters:
     erased: int = 0  # blocks removed by tenant erasure or flush (erasure)
     through_writes: int = 0  # write-through copies queued for slow tiers (through)
     through_dropped: int = 0  # write-through copies refused: tier full/over quota/down, write buffer full (through)
+    write_lag_waits: int = 0  # stores that waited for the write-through queue to catch up (store)
+    write_lag_overruns: int = 0  # of those, waits that gave up with the queue still behind (store)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

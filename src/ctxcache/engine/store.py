@@ -18,6 +18,7 @@ from ..errors import PayloadError
 from ..index import Node
 from ..keys import Prompt
 from ..usage import Usage
+from . import write_lag
 from .placement import LOST
 from .tenancy import PinnedQuotaError
 from .through import copy_down
@@ -49,6 +50,8 @@ def store(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int =
         backlog = top.slow and pl.mover.buffered > pl.write_buffer
     if backlog:  # a slow top tier has no faster tier to absorb writes: wait, outside the lock
         pl.mover.wait_buffer(pl.write_buffer)
+    if e.through and placed and e.write_lag:
+        write_lag.wait(e)  # what a SIGKILL can lose: at most write_lag seconds of stores
     created = len(placed) * e.block_size
     return Usage(cache_creation_tokens=created, by_tier={top.name: created} if created else {})
 

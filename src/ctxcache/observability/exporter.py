@@ -49,6 +49,14 @@ _COUNTERS = {
         "ctxcache_write_through_dropped_blocks",
         "write-through copies not queued (tier full, over quota or down; write buffer full)",
     ),
+    "write_lag_waits": (
+        "ctxcache_write_lag_waits",
+        "stores that waited for write-through copies older than write_lag to land",
+    ),
+    "write_lag_overruns": (
+        "ctxcache_write_lag_overruns",
+        "stores that stopped waiting with write-through copies still older than write_lag",
+    ),
     "delete_errors": ("ctxcache_delete_errors", "deletes a slow tier refused (the block stays stored and charged)"),
     "collisions": ("ctxcache_hash_collisions", "key collisions caught by token verification"),
     "rejected": ("ctxcache_rejected_blocks", "blocks not stored (no room, or parent gone)"),
