@@ -5,7 +5,10 @@ Each block is one string value ``<prefix><16-byte key>`` holding the codec's blo
 token bytes, checksums), written with ``SET ... PX ttl`` when a TTL is configured. Batches are
 pipelined. Every socket wait (connect, each read, each write) is bounded by ``timeout`` (default
 50 ms), and redis-py's own retries are off, so a hung or dead server costs a request at most about
-one timeout. The first connection error marks the tier unhealthy: from then on it answers every
+one timeout. A pipeline that moves more than ``BULK_BYTES`` of blocks (a 36-block prompt of 1.2 MB
+blocks is 42 MB) runs on a second connection whose waits are bounded by ``bulk_timeout`` (1 s):
+on a busy host one such transfer can pause past 50 ms while the server is alive, and marking the
+tier down for it turned a cross-worker hit into a miss. The first connection error marks the tier unhealthy: from then on it answers every
 call at once (misses, refused writes, deletes that raise) and a background thread retries the connection every
 ``retry_interval`` seconds; a request never fails because Redis is down. In a Cluster each master
 is marked down on its own (redis_cluster.Masters): only its keys are answered that way, the other
@@ -37,6 +40,7 @@ from .redis_cluster import redis_py as _redis
 from .redis_conn import RedisHealth
 
 SCAN_BATCH = 256  # keys whose headers are read in one pipeline
+BULK_BYTES = 4 << 20  # block bytes past which a pipeline runs on the bulk connection
 HEAD_GUESS = 4096  # bytes read first from each blob: the whole header of typical blocks
 T = TypeVar("T")
 
@@ -55,6 +59,7 @@ class RedisTier(RedisHealth, BlobTier):
         prefix: str = "ctxcache:",
         ttl: float | str | None = None,
         timeout: float | str = 0.05,
+        bulk_timeout: float | str = 1.0,
         retry_interval: float | str = 1.0,
         bloom: bool = True,
         bloom_items: int = 1_000_000,
@@ -70,6 +75,7 @@ class RedisTier(RedisHealth, BlobTier):
         self.url, self.cluster, self.prefix = url, bool(cluster), prefix.encode()
         self.ttl = None if ttl is None else parse_duration(ttl, "ttl")
         self.timeout = parse_duration(timeout, "timeout")
+        self.bulk_timeout = max(self.timeout, parse_duration(bulk_timeout, "bulk_timeout"))
         self.retry_interval = parse_duration(retry_interval, "retry_interval")
         # Unset: 300 s, or hourly once KV events feed the filter (events/runtime.py): then the
         # SCAN is a safety net that only drops keys deleted since.
@@ -80,6 +86,7 @@ class RedisTier(RedisHealth, BlobTier):
         except ValueError as exc:
             raise ConfigError(f"redis tier: {exc}") from None
         self._client: Any = None
+        self._bulk: Any = None  # the same server(s), waits bounded by bulk_timeout (redis_conn.py)
         self._healthy = False
         self.errors = self.reconnects = self.round_trips = 0
         self._scan_failed = False  # the last filter rebuild failed: no early rebuilds until one works
@@ -156,12 +163,14 @@ class RedisTier(RedisHealth, BlobTier):
         return out
 
     # --- round trips -------------------------------------------------------------------------------
-    def _pipeline(self, ops: Iterable[Op]) -> list[Any] | None:
+    def _pipeline(self, ops: Iterable[Op], nbytes: int = 0) -> list[Any] | None:
         """Run commands in one pipeline; None (and unhealthy) when the server cannot be reached. A
-        Cluster: one pipeline per master, a down master's commands answer its error (MasterDown)."""
+        Cluster: one pipeline per master, a down master's commands answer its error (MasterDown).
+        ``nbytes``: the block bytes it moves; past ``BULK_BYTES`` on the bulk connection."""
         if not self._healthy:
             return None
-        client, todo = self._client, list(ops)
+        bulk = self._bulk if nbytes > BULK_BYTES else None
+        client, todo = bulk if bulk is not None else self._client, list(ops)
         if not todo:
             return []
         try:
@@ -192,7 +201,7 @@ class RedisTier(RedisHealth, BlobTier):
         self, keys: Sequence[Hashable], tokens: Sequence[bytes | None], unavailable: set[int] | None = None
     ) -> list[Block | None]:
         kbs = [key_bytes(k) for k in keys]
-        blobs = self._pipeline(("get", (self.prefix + kb,), {}) for kb in kbs)
+        blobs = self._pipeline((("get", (self.prefix + kb,), {}) for kb in kbs), self._expected(kbs))
         if blobs is None:  # the server unreachable: every key unavailable, still charged
             blobs = [ConnectionError("unreachable")] * len(kbs)
         out: list[Block | None] = []
@@ -215,6 +224,13 @@ class RedisTier(RedisHealth, BlobTier):
             self._pipeline(("delete", (self.prefix + kb,), {}) for kb in bad)
         return out
 
+    def _expected(self, kbs: Sequence[bytes]) -> int:
+        """Bytes a read of ``kbs`` returns: the sizes this process charges, and for blocks other
+        processes wrote the mean of those (1 MiB while it charges none: a KV block's order)."""
+        sizes = self._sizes
+        mean = self.used_bytes // len(sizes) if sizes else 1 << 20
+        return sum(sizes.get(kb, mean) for kb in kbs)
+
     def get_blob(self, key: Hashable) -> bytes | None:
         kb = key_bytes(key)
         got = self._pipeline([("get", (self.prefix + kb,), {})])
@@ -230,7 +246,8 @@ class RedisTier(RedisHealth, BlobTier):
     def put_blobs(self, items: Sequence[tuple[Hashable, bytes]]) -> list[bool]:
         px = {"px": int(self.ttl * 1000)} if self.ttl else {}
         kbs = [key_bytes(k) for k, _ in items]
-        res = self._pipeline(("set", (self.prefix + kb, blob), px) for kb, (_, blob) in zip(kbs, items))
+        ops = (("set", (self.prefix + kb, blob), px) for kb, (_, blob) in zip(kbs, items))
+        res = self._pipeline(ops, sum(len(blob) for _, blob in items))
         ok = [r is True for r in res] if res is not None else [False] * len(items)
         for kb, (_, blob), good in zip(kbs, items, ok):
             if good:
@@ -301,8 +318,9 @@ class RedisTier(RedisHealth, BlobTier):
         self._wake.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=2.0)
-        if self._client is not None:
-            self._client.close()
+        for client in (self._client, self._bulk):
+            if client is not None:
+                client.close()
         if self._masters is not None:
             self._masters.close()
         self._healthy = False

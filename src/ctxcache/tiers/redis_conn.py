@@ -25,12 +25,14 @@ class RedisHealth:
     url: str
     prefix: bytes
     timeout: float
+    bulk_timeout: float
     retry_interval: float
     bloom_refresh: float
     filter: KeyFilter | None
     errors: int
     reconnects: int
     _client: Any
+    _bulk: Any
     _healthy: bool
     _scan_failed: bool
     _stop: threading.Event
@@ -58,11 +60,27 @@ class RedisHealth:
             if client is not None:
                 client.close()
             return False
-        old, self._client = self._client, client
-        if old is not None:
-            old.close()
+        bulk = self._bulk_client(opts)
+        (old, self._client), (old_bulk, self._bulk) = (self._client, client), (self._bulk, bulk)
+        for c in (old, old_bulk):
+            if c is not None:
+                c.close()
         self._healthy = True
         return True
+
+    def _bulk_client(self, opts: dict[str, Any]) -> Any:
+        """A second client of the same server(s) for multi-MB pipelines (redis.py, BULK_BYTES): its
+        reads and writes may wait ``bulk_timeout``, its connects only ``timeout``. None if it cannot
+        be made now: those pipelines then use the main client."""
+        if self.bulk_timeout <= self.timeout:
+            return None
+        opts = {**opts, "socket_timeout": self.bulk_timeout}
+        try:
+            if self._masters is not None:
+                return RedisCluster.from_url(self.url, **opts)
+            return _redis.Redis.from_url(self.url, **opts)  # connects at its first pipeline
+        except Exception:  # noqa: BLE001
+            return None
 
     def _fail(self, exc: BaseException) -> None:
         self.errors += 1
