@@ -12,7 +12,10 @@ default) and a real redis-server on loopback (started here, no persistence). Thr
 - ``burst``: stores back to back, faster than the disk and Redis take them: what bounds the queue
   (``write_buffer``, 256 MiB by default) and how many copies are dropped.
 
-Runs go through, demote, demote, through (ABBA: drift of the shared machine cancels). Figures per
+Three modes: ``through`` (write_lag 1 s, today's default: a store waits while the mover is more
+than a second behind, so a SIGKILL loses at most that second), ``through-nolag`` (write_lag 0: the
+store never waits, the behaviour before write_lag) and ``demote``. Runs go through, through-nolag,
+demote, demote, through-nolag, through (drift of the shared machine cancels). Figures per
 mode and load: store p50/p99 (the request path), bytes written to disk and Redis per second of the
 load (blobs the mover handed each tier, measured at the tier), mover queue depth p50/peak and the
 peak write-buffer bytes and mover lag (oldest queued write's age: what a SIGKILL would lose), copies
@@ -37,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from ctxcache import ContextCache
 from ctxcache.tiers import DiskTier, MemoryTier, RedisTier, Tier
@@ -46,6 +50,16 @@ BS = 32
 LAYERS, HEAD_DIM = 18, 256
 BLOCKS_PER_STORE = 4
 LOADS = (("server", 2.0), ("paced", 10.0), ("burst", None))  # stores a second (None: back to back)
+
+ORDER = ("through", "through-nolag", "demote", "demote", "through-nolag", "through")
+COUNTED = (
+    "through_writes",
+    "through_dropped",
+    "demotions",
+    "demotions_skipped",
+    "write_lag_waits",
+    "write_lag_overruns",
+)
 
 
 def free_port() -> int:
@@ -88,13 +102,16 @@ def block(rng: np.random.Generator) -> list[np.ndarray]:
     return [rng.standard_normal((1, BS, HEAD_DIM), dtype=np.float32) for _ in range(2 * LAYERS)]
 
 
-def make_cache(tmp: Path, port: int, write: str, run: int, written: dict[str, int]) -> ContextCache:
+def make_cache(tmp: Path, port: int, mode: str, run: int, written: dict[str, int]) -> ContextCache:
+    """``mode``: "through" (write_lag 1 s, the default), "through-nolag" (write_lag 0: the store never
+    waits for the queue, the behaviour before write_lag) or "demote"."""
+    write, lag = mode.split("-")[0], 0.0 if mode.endswith("nolag") else 1.0
     disk = DiskTier(4 << 30, path=tmp / f"disk-{write}-{run}", write=write)  # fsync on: the default
     red = RedisTier(4 << 30, url=f"redis://127.0.0.1:{port}/0", prefix=f"wt{run}{write}:", timeout=2.0, write=write)
     assert red.wait_ready()
     for t in (disk, red):
         count_writes(t, written)
-    return ContextCache([MemoryTier(256 << 20), disk, red], block_size=BS)
+    return ContextCache([MemoryTier(256 << 20), disk, red], block_size=BS, write_lag=lag)
 
 
 def load(cache: ContextCache, stores: int, rate: float | None, base: int, rng: np.random.Generator) -> dict[str, Any]:
@@ -135,7 +152,7 @@ def summarise(
         "buffer_peak_MiB": round(max(x for r in runs for x in r["buf"]) / 2**20, 1),
         "lag_peak_s": round(max(x for r in runs for x in r["lag"]), 3),
         "drain_s": round(max(r["drain_s"] for r in runs), 3),
-        **{k: c1[k] - c0.get(k, 0) for k in ("through_writes", "through_dropped", "demotions", "demotions_skipped")},
+        **{k: c1[k] - c0.get(k, 0) for k in COUNTED},
     }  # fmt: skip
 
 
@@ -163,9 +180,9 @@ def main() -> None:
         tmp = Path(d)
         proc, port = start_redis(tmp)
         try:
-            raw: dict[str, list[dict[str, Any]]] = {"through": [], "demote": []}
-            for run, write in enumerate(("through", "demote", "demote", "through")):
-                raw[write].append(one_mode(tmp, port, write, run, stores, rng))
+            raw: dict[str, list[dict[str, Any]]] = {"through": [], "through-nolag": [], "demote": []}
+            for run, mode in enumerate(tqdm(ORDER, desc="modes")):  # interleaved: the host's drift hits each
+                raw[mode].append(one_mode(tmp, port, mode, run, stores, rng))
         finally:
             proc.terminate()
             proc.wait(10)
@@ -189,7 +206,7 @@ def _merge(runs: list[dict[str, Any]], ld: str) -> dict[str, Any]:
     for _, delta, a, b in (r[ld] for r in runs):
         for k, v in delta.items():
             written[k] = written.get(k, 0) + v
-        for k in ("through_writes", "through_dropped", "demotions", "demotions_skipped"):
+        for k in COUNTED:
             c0[k], c1[k] = c0.get(k, 0) + a[k], c1.get(k, 0) + b[k]
     return summarise(rs, written, c0, c1)
 
@@ -200,13 +217,14 @@ def _plot(results: dict[str, dict[str, dict[str, Any]]]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    loads, modes, width = [ld for ld, _ in LOADS], ["demote", "through"], 0.38
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4))
+    loads, modes, width = [ld for ld, _ in LOADS], ["demote", "through-nolag", "through"], 0.27
     for ax, (key, title) in zip(axes, [("store_p50_ms", "store p50 (ms)"), ("disk_MBps", "disk MB/s written"),
-                                       ("redis_MBps", "Redis MB/s written")]):  # fmt: skip
+                                       ("redis_MBps", "Redis MB/s written"),
+                                       ("lag_peak_s", "mover lag peak (s): SIGKILL window")]):  # fmt: skip
         for j, mode in enumerate(modes):
             vals = [results[mode][ld][key] for ld in loads]
-            ax.bar([i + (j - 0.5) * width for i in range(len(loads))], vals, width, label=f"write = {mode}")
+            ax.bar([i + (j - 1) * width for i in range(len(loads))], vals, width, label=f"write = {mode}")
         ax.set_xticks(range(len(loads)), loads)
         ax.set_title(title)
     axes[0].legend()

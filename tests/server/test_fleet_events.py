@@ -86,7 +86,8 @@ kind = "redis"
 capacity = "1GiB"
 {redis}
 prefix = "fleet:"
-timeout = "1s"  # one pipelined read of 37 x 1.2 MB blocks: the 50 ms default timed out on a starved machine
+# the default timeouts: the 37 x 1.2 MB read runs on the bulk connection (bulk_timeout), where the
+# 50 ms timeout alone once timed out on a starved machine
 """
     )
     return path
