@@ -4,6 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
+# Python writes the bytecode of what it imports (an empty value is "unset" to Python). Machines of
+# this kind set PYTHONDONTWRITEBYTECODE=1, and with `--no-compile` below nothing was ever cached:
+# every process compiled torch and transformers from source again, ~12 s of CPU per `ctxcache
+# serve` start (47 of a loaded start's 123 s in `compile`), paid by each of the suite's workers
+# and servers. Now the first process to import a module writes its .pyc into .venv, once.
+export PYTHONDONTWRITEBYTECODE :=
+
 .PHONY: install run test lint bench bench-fleet bench-quick bench-policies bench-tiers bench-serving bench-index bench-ttft bench-retention bench-semantic bench-regions bench-vllm test-vllm test-vllm-gpu mutate mutate-known clean redis-server chromium
 
 # One resolver run, torch pinned in it: 2.13.0 is the CPU wheel on this machine's disk (pip's
