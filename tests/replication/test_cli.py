@@ -4,6 +4,7 @@ replicator of a region waits for the first's claim, SIGTERM is a clean exit."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -33,6 +34,19 @@ def test_bad_arguments_are_a_clear_error(args, msg):
     assert r.exit_code == 2 and msg in r.output, r.output
 
 
+def _wait_for_line(proc, needle: str, timeout: float = 120) -> None:
+    """Read ``proc``'s output until a line holds ``needle``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+        if ready:
+            line = proc.stdout.readline()
+            assert line or proc.poll() is None, "the replicator exited"
+            if needle in line:
+                return
+    raise AssertionError(f"no line with {needle!r} within {timeout} s")
+
+
 def _replicate(region, url, peer):
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     cmd = [sys.executable, "-c", "from ctxcache.cli import main; main()", "replicate", "--region", region,
@@ -52,7 +66,7 @@ def test_one_replicator_per_region_and_sigterm_is_a_clean_exit(redis_factory):
             time.sleep(0.1)
         holder = log.r.get(log.k["owner"])
         second = _replicate("a", own.url, f"b={peer.url}")
-        time.sleep(2)
+        _wait_for_line(second, "replicating region a")  # up, polling the claim (a loaded host starts it slowly)
         assert log.r.get(log.k["owner"]) == holder  # the second waits
         log.submit("erase_tenant", "acme", None)
         deadline = time.monotonic() + 10
