@@ -16,7 +16,7 @@ from ctxcache.sim.fleet import Fleet, FleetConfig, simulate_fleet
 from ctxcache.sim.fleet_arms import ARMS
 from ctxcache.sim.fleet_report import goals, run_point
 from ctxcache.sim.fleet_worker import WorkerSpec
-from ctxcache.sim.fleet_workloads import FleetRequest, chat, shared_prefix
+from ctxcache.sim.fleet_workloads import FleetRequest, chat, shared_prefix, warmed
 
 COST = CostModel("test", a=1e-4, b=2e-9, c0=0.02)
 SPEC = WorkerSpec(COST, kv_blocks=96, decode_s=0.01)
@@ -103,6 +103,13 @@ def test_chat_rounds_grow_the_history_and_hit_it():
             full = prev.input_length // 512
             assert nxt.blocks[:full] == prev.blocks[:full]
     assert simulate_fleet(reqs, "precise", CFG)["hit_ratio"] > 0.3
+
+
+def test_the_warm_up_arrives_slower_and_the_rest_keeps_its_rate():
+    reqs = [FleetRequest(float(t), (t,), 512, 1) for t in range(1, 9)]
+    got = [r.time for r in warmed(reqs, 0.25, 4.0)]
+    assert got == [1.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0]  # 2 warm-up requests 4 s apart, then 1 s apart
+    assert [r.blocks for r in warmed(reqs, 0.25, 4.0)] == [r.blocks for r in reqs]
 
 
 def test_goals_read_from_a_ladder():

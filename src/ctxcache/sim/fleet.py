@@ -51,8 +51,11 @@ class FleetConfig:
     event_lag_s: float = 0.01  # a worker's change to the router's index: flush (5 ms) + transport
     seed: int = 0
     # The first fraction of requests (by arrival) runs but is not measured: the caches start cold,
-    # and the compulsory misses of the first requests of every prefix are no arm's doing.
+    # and the compulsory misses of the first requests of every prefix are no arm's doing. Where
+    # the workload is built for a ladder point (fleet_report.run_point), those requests also
+    # arrive ``warmup_slowdown`` times slower (workloads.warmed).
     warmup: float = 0.25
+    warmup_slowdown: float = 4.0
 
 
 class Fleet:

@@ -117,8 +117,9 @@ class Precise(Scored):
     name = "precise"
 
     def apply(self, batch: EventBatch) -> None:
-        if self.index.apply(batch):
-            self.applied += 1
+        # apply_many: a batch's consecutive stores in one table insert (as a replay is applied);
+        # the same result as apply (tests/router/test_index.py checks it), in fewer numpy calls
+        self.applied += self.index.apply_many([batch])
 
 
 class PreciseShared(Precise):

@@ -10,7 +10,7 @@ from typing import Any
 
 from .fleet import FleetConfig, simulate_fleet
 from .fleet_arms import ARMS
-from .fleet_workloads import make_workload
+from .fleet_workloads import make_workload, warmed
 
 ROUTERS = tuple(a for a in ARMS if a != "oracle")  # the arms a deployment could run
 FILL = 0.70  # issue 27: the comparison holds at >= 70 % KV fill
@@ -21,9 +21,11 @@ def run_point(
     shape: str, workers: int, qps_per_worker: float, n: int, arms: Sequence[str], cfg: FleetConfig,
     progress: Callable[[int], None] | None = None, traces: Path | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """Every arm on the same ``n`` requests of ``shape`` at ``qps_per_worker`` x ``workers``."""
+    """Every arm on the same ``n`` requests of ``shape`` at ``qps_per_worker`` x ``workers`` (the
+    unmeasured warm-up fraction slower: ``FleetConfig.warmup_slowdown``)."""
     qps = qps_per_worker * workers
     reqs = make_workload(shape, n, qps, workers=workers, seed=cfg.seed, traces=traces)
+    reqs = warmed(reqs, cfg.warmup, cfg.warmup_slowdown)
     out = []
     for arm in arms:
         r = simulate_fleet(reqs, arm, replace(cfg, workers=workers), progress)

@@ -3,9 +3,9 @@
 * ``shared_prefix``: llm-d's shared-prefix benchmark: G groups, each a long system prompt shared
   by its requests, each request a question of its own; arrivals Poisson, groups drawn uniformly.
 * ``chat``: multi-round chat: sessions over a few shared system prompts, each round the whole
-  history so far (earlier questions and answers) plus a new question; a session's rounds are
-  ``think_s`` apart on average (open loop: a round's time does not wait for the previous answer,
-  so every arm sees the same arrivals).
+  history so far (earlier questions and answers) plus a new question; a round comes the time to
+  stream the previous answer plus a think time after it (open loop: a round's time does not wait
+  for the previous answer itself, so every arm sees the same arrivals).
 * ``mooncake``: a Mooncake trace (``hash_ids`` are 512-token blocks), timestamps scaled to the
   QPS asked for (the trace's burstiness kept).
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .traces import MOONCAKE_BLOCK, read_mooncake
@@ -67,10 +67,13 @@ def shared_prefix(
 
 def chat(
     n: int, qps: float, *, systems: int = 8, system_tokens: int = 2048, rounds: int = 6,
-    question_tokens: int = 300, answer_tokens: int = 400, think_s: float = 30.0, seed: int = 0,
+    question_tokens: int = 300, answer_tokens: int = 400, think_s: float = 5.0, read_s_per_token: float = 0.024,
+    seed: int = 0,
 ) -> list[FleetRequest]:  # fmt: skip
     """Sessions of ``rounds`` turns; round k's prompt is the session's history: system prompt,
-    then k (question, answer) pairs, then the new question; sessions start at qps / rounds."""
+    then k (question, answer) pairs, then the new question; sessions start at qps / rounds. The
+    next round comes after the answer has streamed (``read_s_per_token`` a token, the decode
+    rate) and the user has thought (exponential, mean ``think_s``)."""
     rng = random.Random(seed)
     sys_blocks = system_tokens // BLOCK
     nxt = systems * sys_blocks
@@ -89,7 +92,7 @@ def chat(
             nxt += need
             out.append(FleetRequest(t, tuple(stream[: _blocks(length)]), length, a, f"s{s}"))
             length += a  # the answer joins the history the next round sends
-            t += rng.expovariate(1.0 / think_s)
+            t += a * read_s_per_token + rng.expovariate(1.0 / think_s)
     out.sort(key=lambda r: r.time)
     return out[:n]
 
@@ -126,6 +129,21 @@ def make_workload(
         name = f"mooncake_{shape.removeprefix('mooncake-')}_trace.jsonl"
         return mooncake(traces / name if traces is not None else default_trace(name), n, qps)
     raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+
+
+def warmed(reqs: Sequence[FleetRequest], fraction: float, slowdown: float) -> list[FleetRequest]:
+    """The first ``fraction`` of ``reqs`` arriving ``slowdown`` times slower, the rest after them at
+    their own rate: caches warm up as in a ladder that climbs from low load (llm-d's runs stage
+    after stage on the same servers), not in a storm of cold prefixes at full rate."""
+    k = int(len(reqs) * fraction)
+    if k == 0 or slowdown == 1.0:
+        return list(reqs)
+    t0, tk = reqs[0].time, reqs[k - 1].time
+    shift = (tk - t0) * (slowdown - 1.0)
+    return [
+        replace(r, time=t0 + (r.time - t0) * slowdown) if i < k else replace(r, time=r.time + shift)
+        for i, r in enumerate(reqs)
+    ]
 
 
 def total_tokens(reqs: Sequence[FleetRequest]) -> int:
