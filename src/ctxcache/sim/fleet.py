@@ -32,7 +32,7 @@ from .regions_parts import SimCache
 DEFAULT_COST = CostModel("fleet-default", a=2 * 8.0e9 / (0.5 * 312e12), b=2 * 4096 * 32 / (0.5 * 312e12), c0=0.02,
                          source="costmodel's llama3-8b-a100 + 20 ms overhead per prefill")  # fmt: skip
 
-ARRIVE, PREFILLED, DONE, DELIVER = range(4)
+ARRIVE, PREFILLED, DONE, DELIVER, MARK = range(5)
 
 
 class SimClock:
@@ -85,6 +85,13 @@ class Fleet:
         self.jobs = [Job(r, i) for i, r in enumerate(requests)]
         for j in self.jobs:
             self._push(j.req.time, ARRIVE, j)
+        # The KV fill is read over the measured arrivals (from the first measured one to the last
+        # arrival): the steady state, not the slower warm-up nor the drain after the last request.
+        measured = self._measured()
+        if measured:
+            self._push(measured[0].req.time, MARK, None)
+            self._push(max(j.req.time for j in self.jobs), MARK, None)
+        self.marks: list[tuple[float, list[float]]] = []
         done = 0
         while self._heap:
             t, _, kind, item = heapq.heappop(self._heap)
@@ -106,8 +113,10 @@ class Fleet:
                 done += 1
                 if progress is not None and done % 100 == 0:
                     progress(100)
-            else:
+            elif kind == DELIVER:
                 self.arm.apply(item)
+            else:
+                self.marks.append((t, [w.kv_area(t) for w in self.workers]))
         if progress is not None and done % 100:
             progress(done % 100)
         self.wall_s = time.perf_counter() - t0
@@ -128,8 +137,7 @@ class Fleet:
             self._push(self.clock.t + self.cfg.event_lag_s, DELIVER, batch)
 
     def result(self) -> dict[str, Any]:
-        everyone = self.jobs
-        jobs = everyone[int(len(everyone) * self.cfg.warmup) :] or everyone
+        everyone, jobs = self.jobs, self._measured()
         finished = [j for j in jobs if j.done > 0]
         ttft = np.array([j.first - j.req.time for j in finished]) if finished else np.zeros(1)
         t_end = max((j.done for j in finished), default=0.0)
@@ -138,7 +146,7 @@ class Fleet:
         outputs = sum(j.req.output_length for j in finished)
         per_worker = [w.requests for w in self.workers]
         work = [w.busy_s for w in self.workers]
-        fills = [w.fill(t_end) for w in self.workers]
+        fills = self._fills()
         out: dict[str, Any] = {
             "arm": self.arm.name,
             "workers": len(self.workers),
@@ -169,6 +177,17 @@ class Fleet:
             out["decisions"] = dict(sorted(reasons.items()))
             out["index_entries"] = int(self.arm.index.stats()["entries"])  # type: ignore[attr-defined]
         return out
+
+    def _measured(self) -> list[Job]:
+        return self.jobs[int(len(self.jobs) * self.cfg.warmup) :] or self.jobs
+
+    def _fills(self) -> list[float]:
+        """Per worker, the mean KV fill between the two marks (blocks held / capacity)."""
+        if len(self.marks) < 2 or self.marks[1][0] <= self.marks[0][0]:
+            return [0.0] * len(self.workers)
+        (t0, a0), (t1, a1) = self.marks[0], self.marks[1]
+        cap = self.cfg.spec.kv_blocks * (t1 - t0)
+        return [(y - x) / cap for x, y in zip(a0, a1)]
 
     def close(self) -> None:
         for w in self.workers:

@@ -206,10 +206,10 @@ class SimWorker:
         out, self.sink.batches = self.sink.batches, []
         return out
 
-    def fill(self, t_end: float) -> float:
-        """Mean KV fill over [0, t_end]: the blocks running requests hold / capacity."""
-        area = self._kv_area + self.kv_used * max(0.0, t_end - self._kv_t)
-        return area / (self.spec.kv_blocks * t_end) if t_end > 0 else 0.0
+    def kv_area(self, now: float) -> float:
+        """Block-seconds of KV held by running requests from 0 to ``now`` (mean fill between two
+        readings: their difference / (capacity x the time between))."""
+        return self._kv_area + self.kv_used * max(0.0, now - self._kv_t)
 
     # --- inside -------------------------------------------------------------------------------------
     def _lookup(self, job: Job) -> None:
