@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LADDERS = {
     "shared-prefix": [0.25, 1, 2, 2.5, 3],
     "chat": [0.1, 0.25, 0.5, 1, 1.5],
-    "mooncake-conversation": [0.1, 0.3, 0.5, 0.7, 0.9],
-    "mooncake-synthetic": [0.1, 0.3, 0.5, 0.7, 0.9],
+    "mooncake-conversation": [0.05, 0.1, 0.2, 0.3, 0.45],
+    "mooncake-synthetic": [0.05, 0.1, 0.2, 0.3, 0.45],
 }
 
 
