@@ -20,7 +20,10 @@ from .sim.fleet_arms import ARMS
 from .sim.fleet_workloads import SHAPES
 
 err = Console(stderr=True, soft_wrap=True)
-COLUMNS = ("arm", "qps", "hit_ratio", "ttft_p50_s", "ttft_p90_s", "throughput_tok_s", "kv_fill_mean", "load_max_min")
+# (field, header): short headers, so the table fits an 80-column terminal
+COLUMNS = (("arm", "arm"), ("qps", "QPS"), ("hit_ratio", "hit"), ("ttft_p50_s", "TTFT p50 s"),
+           ("ttft_p90_s", "TTFT p90 s"), ("throughput_tok_s", "tok/s"), ("kv_fill_mean", "KV fill"),
+           ("load_max_min", "max/min"))  # fmt: skip
 
 
 def fleet_sim(
@@ -71,11 +74,19 @@ def fleet_sim(
             sys.stdout.write(json.dumps(r) + "\n")
         return
     table = Table(title=f"{shape}, {workers} workers, {requests * workers} requests per run (seed {seed})")
-    for c in COLUMNS:
-        table.add_column(c, justify="left" if c == "arm" else "right")
+    for c, head in COLUMNS:
+        table.add_column(head, justify="left" if c == "arm" else "right")
     for r in rows:
-        table.add_row(*(str(r[c]) if not isinstance(r[c], float) else f"{r[c]:.3f}" for c in COLUMNS))
+        table.add_row(*(_cell(c, r[c]) for c, _ in COLUMNS))
     Console().print(table)
+
+
+def _cell(field: str, v: object) -> str:
+    if v is None:
+        return "-"
+    if field == "throughput_tok_s" and isinstance(v, float):
+        return f"{v:,.0f}"
+    return f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
 def _fail(msg: str) -> NoReturn:
