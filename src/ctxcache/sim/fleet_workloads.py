@@ -133,8 +133,8 @@ def make_workload(
 
 def warmed(reqs: Sequence[FleetRequest], fraction: float, slowdown: float) -> list[FleetRequest]:
     """The first ``fraction`` of ``reqs`` arriving ``slowdown`` times slower, the rest after them at
-    their own rate: caches warm up as in a ladder that climbs from low load (llm-d's runs stage
-    after stage on the same servers), not in a storm of cold prefixes at full rate."""
+    their own rate: caches warm up as in a ladder that climbs from low load on the same
+    servers, not in a storm of cold prefixes at full rate."""
     k = int(len(reqs) * fraction)
     if k == 0 or slowdown == 1.0:
         return list(reqs)
