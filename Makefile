@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # and servers. Now the first process to import a module writes its .pyc into .venv, once.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: install run test lint bench bench-fleet bench-quick bench-policies bench-tiers bench-serving bench-index bench-ttft bench-retention bench-semantic bench-regions bench-vllm test-vllm test-vllm-gpu mutate mutate-known clean redis-server chromium
+.PHONY: install run test lint bench bench-fleet bench-fleet-sim bench-quick bench-policies bench-tiers bench-serving bench-index bench-ttft bench-retention bench-semantic bench-regions bench-vllm test-vllm test-vllm-gpu mutate mutate-known clean redis-server chromium
 
 # One resolver run, torch pinned in it: 2.13.0 is the CPU wheel on this machine's disk (pip's
 # find-links), and nothing unpinned that depends on torch can pull a multi-GB CUDA build while the
@@ -76,7 +76,7 @@ regionsim: install
 # in the docs, group by group (hours: bench-index ~1 h, bench-semantic ~1.5 h, bench-retention
 # ~40 min, soak 30 min, bench-vllm ~21 min; run on an idle machine); `make bench-quick` the fast
 # ones (the list `make bench` ran before). libcachesim (GPL) is a benchmark-only reference: installed here, never imported by src/.
-bench: bench-policies bench-tiers bench-serving bench-index bench-semantic bench-retention bench-vllm bench-fleet bench-regions
+bench: bench-policies bench-tiers bench-serving bench-index bench-semantic bench-retention bench-vllm bench-fleet bench-fleet-sim bench-regions
 
 bench-quick: install redis-server
 	$(BIN)/pip install -q libcachesim
@@ -151,6 +151,11 @@ bench-fleet: install redis-server
 	$(BIN)/python benchmarks/fleet/bench_events.py
 	$(BIN)/python benchmarks/fleet/bench_router_index.py
 	$(BIN)/python benchmarks/fleet/bench_router_overhead.py
+
+# The fleet simulation (docs/routing.md, "Fleet simulation"): every routing arm on a QPS ladder and
+# on 4, 8 and 32 simulated workers, three workload shapes (~15 min on 2 shared cores).
+bench-fleet-sim: install
+	$(BIN)/python benchmarks/fleet/bench_fleet_sim.py
 
 # Regions (docs/regions.md): clock bytes sparse vs full vectors, lag over three redis-servers on
 # loopback, convergence after a partition of 10^4 updates (~45 s on 2 cores).

@@ -18,6 +18,7 @@ from rich.table import Table
 from . import __version__, accel
 from .cache import ContextCache
 from .cli_cache import cache_app
+from .cli_fleet import register as register_fleet
 from .cli_replicate import replicate
 from .errors import CtxCacheError
 from .observability.cli import register as register_observability
@@ -322,6 +323,7 @@ def _source(ctx: typer.Context, name: str) -> str:
 
 
 register_observability(app)  # analyze, ab-report
+register_fleet(app)  # fleet-sim
 
 
 _REDIS_HELP = (

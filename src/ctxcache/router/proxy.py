@@ -30,7 +30,7 @@ from .index import BlockIndex
 from .metrics import RouterMetrics
 from .pool import Pool, Upstream
 from .requests import Keyed, RequestKeys
-from .score import Decision, Scorer, Speculative, merged
+from .score import Decision, Scorer, Speculative, prefixes
 
 _HOP = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "upgrade", "te", "trailer"}
 _RETRY_STATUS = {429, 500, 502, 503, 504}
@@ -54,15 +54,9 @@ class Router:
             return None
         names = [w.url for w in ups]
         keys, tokens = (keyed.keys, keyed.tokens) if keyed is not None else ([], 0)
-        spec = self.spec.prefix(keys)
-        known = self.index.workers
-        if self.history is not None:  # a worker whose events reach the index is judged by them
-            for w, n in self.history.prefix(keys).items():
-                if w not in known:
-                    spec[w] = max(n, spec.get(w, 0))
-        match = self.index.prefix(keys) if keys and known else None
         loads = {w.url: w.load for w in ups}
-        d = self.scorer.choose(tokens, merged(match, spec, names), loads, keyed.session if keyed else None)
+        found = prefixes(keys, names, self.index, self.spec, self.history)
+        d = self.scorer.choose(tokens, found, loads, keyed.session if keyed else None)
         return self.pool.workers[d.worker], d
 
     def sent(self, keyed: Keyed | None, w: Upstream) -> None:

@@ -35,7 +35,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .index import PrefixMatch, WorkerPrefix
+from .index import BlockIndex, PrefixMatch, WorkerPrefix
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,23 @@ def merged(match: PrefixMatch | None, spec: dict[str, int], workers: Sequence[st
         extra = spec.get(w, 0) - p.blocks
         out[w] = WorkerPrefix(p.blocks + extra, p.fast + extra, p.slow, p.shared) if extra > 0 else p
     return out
+
+
+def prefixes(
+    keys: Sequence[bytes], names: Sequence[str], index: BlockIndex, spec: Speculative, history: Speculative | None
+) -> dict[str, WorkerPrefix]:
+    """Per worker in ``names``, the prefix the scorer weighs: the index's (events), lengthened by
+    the speculative entries, and for a worker the index does not know, by the routing history
+    (a worker whose events arrive is judged by them). The proxy and the fleet simulator both
+    route through this, so the simulated arms take the router's own decisions."""
+    got = spec.prefix(keys)
+    known = index.workers
+    if history is not None:
+        for w, n in history.prefix(keys).items():
+            if w not in known:
+                got[w] = max(n, got.get(w, 0))
+    match = index.prefix(keys) if keys and known else None
+    return merged(match, got, names)
 
 
 class Scorer:
