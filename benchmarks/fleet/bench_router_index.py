@@ -9,6 +9,10 @@ entry: a block on k workers shares one slot among k entries); requests are 128-b
 (4k tokens at 32 per block). Times are process CPU time (``time.process_time``): the machine is
 shared, and CPU time is this process's own work (wall time is reported beside it).
 
+The prefix query runs twice on the same index and requests: through ctxcache._native's
+table_prefix (when built; CTXCACHE_NO_NATIVE=1 leaves only the numpy path) and through the numpy
+path; their answers must agree. ``prefix_query_lookups_per_s`` is the path the router runs.
+
 Goals (issue 27): <= 64 B per entry, >= 1 M block lookups/s per core at 10 M blocks, rebuild of
 1 M blocks from events <= 5 s. Prints one JSON line; writes benchmarks/results/router_index.json.
 """
@@ -76,7 +80,18 @@ def bench_array(keys: list[bytes], workers: int, seed: int) -> dict[str, Any]:
     evs.clear()  # the events are not part of the index: free them before the queries
     stats = idx.stats()
     reqs = requests(keys, 2000, seed)
-    _, q_cpu, _ = timed(lambda: [idx.prefix(r) for r in reqs])
+    native, paths = idx._native, {}
+    for name, mod in (("native", native), ("numpy", None)):
+        if name == "native" and mod is None:
+            continue
+        idx._native = mod
+        answers, q_cpu, _ = timed(lambda: [idx.prefix(r) for r in reqs])
+        paths[name] = {"lookups_per_s": round(len(reqs) * REQ / q_cpu), "us_per_request": round(q_cpu / len(reqs) * 1e6, 1),
+                       "cached_blocks": sum(m.best() for m in answers)}  # fmt: skip
+    idx._native = native
+    if len({p["cached_blocks"] for p in paths.values()}) != 1:
+        sys.exit(f"the native and numpy prefix queries disagree: {paths}")
+    first = next(iter(paths.values()))
     _, s_cpu, _ = timed(lambda: [idx.lookup_slots(r) for r in reqs])
     bulk = keys[:1_000_000]
     lo, hi = key_arrays(bulk)
@@ -90,8 +105,10 @@ def bench_array(keys: list[bytes], workers: int, seed: int) -> dict[str, Any]:
         "load": round(float(stats["load"]), 3),
         "build_cpu_s": round(build_cpu, 2),
         "build_wall_s": round(build_wall, 2),
-        "prefix_query_lookups_per_s": round(blocks / q_cpu),
-        "prefix_query_us_per_request": round(q_cpu / len(reqs) * 1e6, 1),
+        "prefix_query_path": next(iter(paths)),
+        "prefix_query_lookups_per_s": first["lookups_per_s"],
+        "prefix_query_us_per_request": first["us_per_request"],
+        "prefix_query_by_path": paths,
         "lookup_128_per_s": round(blocks / s_cpu),
         "bulk_lookup_per_s": round(len(bulk) / b_cpu),
     }
