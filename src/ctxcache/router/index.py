@@ -105,9 +105,8 @@ class BlockIndex:
         self._lock = threading.RLock()
         # chosen once, as a hasher's key walk is (accel.py); a module built before it had none
         self._native = accel.native if hasattr(accel.native, "table_prefix") else None
-        self._live: tuple[list[str], bytes, dict[str, np.uint64]] | None = (
-            None  # per query, until a worker comes or goes
-        )
+        # the live workers' names, bits and masks as a query takes them: kept until one comes or goes
+        self._live: tuple[list[str], bytes, dict[str, np.uint64]] | None = None
 
     # --- events --------------------------------------------------------------------------------------
     def apply(self, batch: EventBatch) -> bool:
