@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from .dashboard import add_dashboard
 from .proxy import Proxy, Router
 from .upstream import Upstream
 
@@ -74,6 +75,8 @@ def create_router_app(router: Router) -> FastAPI:
         if router.events is not None:
             m.observe_events(router.events.stats())
         return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
+
+    add_dashboard(app, router)  # before the pass-through, which would send /dashboard to a worker
 
     @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"], include_in_schema=False)
     async def passthrough(request: Request, path: str) -> Response:
