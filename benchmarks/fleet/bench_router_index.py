@@ -14,7 +14,7 @@ table_prefix (when built; CTXCACHE_NO_NATIVE=1 leaves only the numpy path) and t
 path; their answers must agree. ``prefix_query_lookups_per_s`` is the path the router runs.
 
 Goals (issue 27): <= 64 B per entry, >= 1 M block lookups/s per core at 10 M blocks, rebuild of
-1 M blocks from events <= 5 s. Prints one JSON line; writes benchmarks/results/router_index.json.
+1 M blocks from events <= 5 s. Prints one JSON line; writes benchmarks/results/router_index.json and its plot (.png).
 """
 
 from __future__ import annotations
@@ -160,6 +160,31 @@ def bench_rebuild(seed: int, n: int = 1_000_000, workers: int = 8) -> dict[str, 
     }
 
 
+def plot(out: dict[str, Any], path: Path) -> None:
+    """Prefix-query blocks/s by path (C, numpy) per index size, against the 1 M/s goal."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    rows = [r for r in out["rows"] if "prefix_query_by_path" in r]
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    paths = sorted({p for r in rows for p in r["prefix_query_by_path"]})
+    for j, name in enumerate(paths):
+        xs = [i + 0.38 * (j - (len(paths) - 1) / 2) for i in range(len(rows))]
+        ys = [r["prefix_query_by_path"].get(name, {}).get("lookups_per_s", 0) / 1e6 for r in rows]
+        ax.bar(xs, ys, width=0.36, label=name)
+    ax.axhline(1.0, color="r", ls="--", lw=1, label="goal: 1 M blocks/s")
+    ax.set_xticks(range(len(rows)), [f"{r['blocks'] / 1e6:g} M blocks" for r in rows])
+    ax.set_ylabel("prefix query, M blocks/s (CPU)")
+    ax.set_title(f"128-block requests, 8 workers, load avg {out['loadavg']}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1000000,10000000", help="comma-separated block counts")
@@ -199,6 +224,7 @@ def main() -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
+    plot(out, args.out.with_suffix(".png"))
     print(json.dumps(out))
 
 
