@@ -1,5 +1,5 @@
-/* ctxcache._native.table_prefix: the router index's prefix query (src/ctxcache/router/index.py,
- * BlockIndex._prefix_native) over the open-addressing table of src/ctxcache/router/table.py.
+/* ctxcache._native.table_prefix: the router index's prefix query (src/ctxcache/router/prefix.py,
+ * native_prefix) over the open-addressing table of src/ctxcache/router/table.py.
  *
  *   table_prefix(keys, lo, hi, fast, slow, shared, readers, cap, bits)
  *       -> (counts, fast_masks, slow_masks)
@@ -10,7 +10,7 @@
  * (a key's home slot is lo % cap; linear probing, no wrap: the table is padded and its last slot
  * is always empty). bits: the live workers' bit numbers, one byte each.
  *
- * The numpy path (index.py, BlockIndex._prefix) looks every key up and AND-accumulates the masks;
+ * The numpy path (prefix.py, numpy_prefix) looks every key up and AND-accumulates the masks;
  * this one probes the keys in order and stops at the first block no worker can read (a miss, or a
  * dead slot): nothing after it can extend a consecutive prefix. counts: per bit in ``bits``, a
  * tuple (blocks, fast, slow) as the numpy path's ``rows`` count them. fast_masks / slow_masks: the
