@@ -13,6 +13,9 @@
  *           as xxhash.xxh3_128_digest returns it;
  *   kind 1: BLAKE3 keyed with the 32-byte secret, the first 16 bytes of its output.
  * Both from the vendored C sources of the libraries the Python packages wrap (native/vendor/).
+ *
+ * The module also holds table_prefix (ctxcache_table.c): the router index's prefix query, whose
+ * reference is the numpy path in src/ctxcache/router/index.py.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -382,10 +385,14 @@ static PyObject *token_bytes(PyObject *self, PyObject *tokens) {
 
 /* ---- module --------------------------------------------------------------------------------- */
 
+PyObject *ctxcache_table_prefix(PyObject *self, PyObject *args); /* ctxcache_table.c: the router index */
+
 static PyMethodDef methods[] = {
     {"token_bytes", token_bytes, METH_O, "as_token_array(tokens).tobytes(), or None: let keys.py decide."},
     {"chain", chain, METH_VARARGS, "chain(buf, stride, start, stop, parent, secret, kind) -> keys of blocks start..stop-1"},
     {"walk", walk, METH_VARARGS, "walk(buf, stride, n, keys, root, secret, kind, shards, get) -> matched items"},
+    {"table_prefix", ctxcache_table_prefix, METH_VARARGS,
+     "table_prefix(keys, lo, hi, fast, slow, shared, readers, cap, bits) -> (counts, fast masks, slow masks)"},
     {NULL, NULL, 0, NULL},
 };
 

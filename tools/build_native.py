@@ -33,7 +33,11 @@ X86_ASM = ["sse2", "sse41", "avx2", "avx512"]
 
 def sources() -> tuple[list[Path], list[str]]:
     """The C (and assembly) files and the defines for this machine's BLAKE3 code paths."""
-    files = [SRC / "ctxcache_native.c", *(BLAKE3 / f for f in ("blake3.c", "blake3_dispatch.c", "blake3_portable.c"))]
+    files = [
+        SRC / "ctxcache_native.c",
+        SRC / "ctxcache_table.c",
+        *(BLAKE3 / f for f in ("blake3.c", "blake3_dispatch.c", "blake3_portable.c")),
+    ]
     machine = platform.machine().lower()
     if machine in ("x86_64", "amd64") and sys.platform != "win32":
         return files + [BLAKE3 / f"blake3_{isa}_x86-64_unix.S" for isa in X86_ASM], []

@@ -9,8 +9,12 @@ entry: a block on k workers shares one slot among k entries); requests are 128-b
 (4k tokens at 32 per block). Times are process CPU time (``time.process_time``): the machine is
 shared, and CPU time is this process's own work (wall time is reported beside it).
 
+The prefix query runs twice on the same index and requests: through ctxcache._native's
+table_prefix (when built; CTXCACHE_NO_NATIVE=1 leaves only the numpy path) and through the numpy
+path; their answers must agree. ``prefix_query_lookups_per_s`` is the path the router runs.
+
 Goals (issue 27): <= 64 B per entry, >= 1 M block lookups/s per core at 10 M blocks, rebuild of
-1 M blocks from events <= 5 s. Prints one JSON line; writes benchmarks/results/router_index.json.
+1 M blocks from events <= 5 s. Prints one JSON line; writes benchmarks/results/router_index.json and its plot (.png).
 """
 
 from __future__ import annotations
@@ -76,7 +80,18 @@ def bench_array(keys: list[bytes], workers: int, seed: int) -> dict[str, Any]:
     evs.clear()  # the events are not part of the index: free them before the queries
     stats = idx.stats()
     reqs = requests(keys, 2000, seed)
-    _, q_cpu, _ = timed(lambda: [idx.prefix(r) for r in reqs])
+    native, paths = idx._native, {}
+    for name, mod in (("native", native), ("numpy", None)):
+        if name == "native" and mod is None:
+            continue
+        idx._native = mod
+        answers, q_cpu, _ = timed(lambda: [idx.prefix(r) for r in reqs])
+        paths[name] = {"lookups_per_s": round(len(reqs) * REQ / q_cpu), "us_per_request": round(q_cpu / len(reqs) * 1e6, 1),
+                       "cached_blocks": sum(m.best() for m in answers)}  # fmt: skip
+    idx._native = native
+    if len({p["cached_blocks"] for p in paths.values()}) != 1:
+        sys.exit(f"the native and numpy prefix queries disagree: {paths}")
+    first = next(iter(paths.values()))
     _, s_cpu, _ = timed(lambda: [idx.lookup_slots(r) for r in reqs])
     bulk = keys[:1_000_000]
     lo, hi = key_arrays(bulk)
@@ -90,8 +105,10 @@ def bench_array(keys: list[bytes], workers: int, seed: int) -> dict[str, Any]:
         "load": round(float(stats["load"]), 3),
         "build_cpu_s": round(build_cpu, 2),
         "build_wall_s": round(build_wall, 2),
-        "prefix_query_lookups_per_s": round(blocks / q_cpu),
-        "prefix_query_us_per_request": round(q_cpu / len(reqs) * 1e6, 1),
+        "prefix_query_path": next(iter(paths)),
+        "prefix_query_lookups_per_s": first["lookups_per_s"],
+        "prefix_query_us_per_request": first["us_per_request"],
+        "prefix_query_by_path": paths,
         "lookup_128_per_s": round(blocks / s_cpu),
         "bulk_lookup_per_s": round(len(bulk) / b_cpu),
     }
@@ -143,6 +160,31 @@ def bench_rebuild(seed: int, n: int = 1_000_000, workers: int = 8) -> dict[str, 
     }
 
 
+def plot(out: dict[str, Any], path: Path) -> None:
+    """Prefix-query blocks/s by path (C, numpy) per index size, against the 1 M/s goal."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    rows = [r for r in out["rows"] if "prefix_query_by_path" in r]
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    paths = sorted({p for r in rows for p in r["prefix_query_by_path"]})
+    for j, name in enumerate(paths):
+        xs = [i + 0.38 * (j - (len(paths) - 1) / 2) for i in range(len(rows))]
+        ys = [r["prefix_query_by_path"].get(name, {}).get("lookups_per_s", 0) / 1e6 for r in rows]
+        ax.bar(xs, ys, width=0.36, label=name)
+    ax.axhline(1.0, color="r", ls="--", lw=1, label="goal: 1 M blocks/s")
+    ax.set_xticks(range(len(rows)), [f"{r['blocks'] / 1e6:g} M blocks" for r in rows])
+    ax.set_ylabel("prefix query, M blocks/s (CPU)")
+    ax.set_title(f"128-block requests, 8 workers, load avg {out['loadavg']}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1000000,10000000", help="comma-separated block counts")
@@ -182,6 +224,7 @@ def main() -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
+    plot(out, args.out.with_suffix(".png"))
     print(json.dumps(out))
 
 

@@ -1,4 +1,5 @@
 # The compiled key walk (native/ctxcache_native.c); keys.py holds the pure-Python reference.
+# table_prefix: the router index's prefix query (native/ctxcache_table.c; router/index.py's numpy path is the reference).
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,3 +21,14 @@ def walk(
     shards: Sequence[Any] | None,
     get: Callable[[bytes], Any] | None,
 ) -> list[Any]: ...
+def table_prefix(
+    keys: bytes,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    fast: np.ndarray,
+    slow: np.ndarray,
+    shared: np.ndarray,
+    readers: np.ndarray,
+    cap: int,
+    bits: bytes,
+) -> tuple[list[tuple[int, int, int]], bytes, bytes]: ...

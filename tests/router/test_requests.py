@@ -100,3 +100,33 @@ def test_tenants_and_salts_never_share_keys_and_bad_requests_get_none(sides):
     assert router.compute("openai", {**body, "cache_salt": "bad salt!"}, {"x-api-key": "sk-a"}) is None
     assert router.compute("anthropic", {"model": "m", "messages": []}, {"x-api-key": "sk-a"}) is None
     assert router.compute("openai", ["not", "a", "dict"], {"x-api-key": "sk-a"}) is None
+
+
+TRICKY = [
+    "",
+    " leading and trailing  ",
+    "tabs\tand\nnewlines\n\n  indented code:\n    x = 1\n",
+    "literal \u2581 lower blocks\u2581\u2581 and >\u2581</ html-ish > </b>",
+    "emoji 🙂🚀, CJK 漢字かな, Arabic مرحبا, combining e\u0301, NUL-ish \x01\x7f",
+    "<start_of_turn>user\nnested<end_of_turn> <bos> <pad><unk>" * 3,
+    " ".join(f"w{i}" for i in range(3000)),
+]
+
+
+@pytest.mark.parametrize("sample", TRICKY)
+def test_the_routers_text_encoder_gives_the_tokenizer_calls_ids(sides, sample):
+    worker, router = sides
+    want = list(worker.tokenizer(sample, add_special_tokens=False).input_ids)
+    assert router._encode(sample) == want
+
+
+def test_the_router_tokenizes_through_the_backend_not_the_transformers_call(sides, monkeypatch):
+    worker, router = sides
+    body = OPENAI[0]
+    want = router.compute("openai", body, {"x-api-key": "sk-a"})
+
+    def refuse(*a, **kw):
+        raise AssertionError("the transformers call ran")
+
+    monkeypatch.setattr(type(router.tokenizer), "__call__", refuse)
+    assert router.compute("openai", body, {"x-api-key": "sk-a"}) == want

@@ -8,7 +8,7 @@ with the template ``chat_template_for`` picks. Needs only a tokenizer, never the
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +39,31 @@ def chat_template_for(tokenizer: Any, model_type: str, override: str | None = No
     return GEMMA_CHAT_TEMPLATE if model_type.startswith("gemma") else FALLBACK_TEMPLATE
 
 
+def text_encoder(tokenizer: Any) -> Callable[[str], list[int]]:
+    """``text -> ids`` as ``tokenizer(text, add_special_tokens=False).input_ids`` gives them.
+
+    For a transformers tokenizer over a Hugging Face ``tokenizers`` backend, the backend's
+    ``encode_batch_fast`` on a one-text batch: the same ids (the same backend encodes them; only
+    the character offsets, which nothing here reads, are not computed) for ~half the CPU of the
+    transformers call on a 4k-token prompt (docs/routing.md, "Router overhead"). The router calls
+    this; workers keep the plain call, and tests/router/test_requests.py checks both agree."""
+    backend = getattr(tokenizer, "_tokenizer", None)
+    fast = getattr(backend, "encode_batch_fast", None)
+    if fast is None or not callable(getattr(tokenizer, "apply_chat_template", None)):
+        return lambda text: list(tokenizer(text, add_special_tokens=False).input_ids)
+    return lambda text: fast([text], add_special_tokens=False)[0].ids  # type: ignore[no-any-return]
+
+
 def encode_chat(
-    tokenizer: Any, template: str, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True
+    tokenizer: Any,
+    template: str,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    add_generation_prompt: bool = True,
+    encode: Callable[[str], list[int]] | None = None,
 ) -> list[int]:
-    """Token ids of a conversation rendered with the chat template (BOS included once)."""
+    """Token ids of a conversation rendered with the chat template (BOS included once);
+    ``encode`` (text -> ids, e.g. ``text_encoder(tokenizer)``) replaces the tokenizer call."""
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
         raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
     msgs = []
@@ -53,4 +74,6 @@ def encode_chat(
     text = tokenizer.apply_chat_template(
         msgs, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt
     )
+    if encode is not None:
+        return encode(text)
     return list(tokenizer(text, add_special_tokens=False).input_ids)

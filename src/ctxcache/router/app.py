@@ -10,15 +10,18 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from .dashboard import add_dashboard
 from .proxy import Proxy, Router
+from .upstream import Upstream
 
 
 def _lifespan(router: Router, state: dict[str, Proxy]) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
-        async with httpx.AsyncClient(limits=limits, timeout=router.upstream_timeout_s) as client:
-            state["proxy"] = Proxy(router, client)
+        # httpx for the health checks; the request path has its own keep-alive client (upstream.py says why)
+        async with httpx.AsyncClient(timeout=router.upstream_timeout_s) as client:
+            upstream = Upstream()
+            state["proxy"] = Proxy(router, upstream)
             await router.pool.check_all(client)  # who is up (and their events ids) before the first request
             router.pool.start(client)
             if router.events is not None:
@@ -29,6 +32,7 @@ def _lifespan(router: Router, state: dict[str, Proxy]) -> Callable[[FastAPI], Ab
                 if router.events is not None:
                     router.events.stop()
                 await router.pool.stop()
+                await upstream.aclose()
 
     return lifespan
 
@@ -71,6 +75,8 @@ def create_router_app(router: Router) -> FastAPI:
         if router.events is not None:
             m.observe_events(router.events.stats())
         return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
+
+    add_dashboard(app, router)  # before the pass-through, which would send /dashboard to a worker
 
     @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"], include_in_schema=False)
     async def passthrough(request: Request, path: str) -> Response:

@@ -17,6 +17,7 @@ docs/routing.md has the figures). Instead, one open-addressing table in numpy ar
   slots in one numpy step; the rare key whose run is longer continues in a loop.
 * keys are never deleted one by one (a tombstone would be needed); a block whose masks are all
   clear is dead, reused by its own key, and dropped at the next rehash.
+* the prefix query (prefix.py) runs in C when ctxcache._native is built, else in numpy.
 
 At most 64 workers per index (the masks are uint64); a larger fleet runs one index per 64.
 """
@@ -26,14 +27,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
+from .. import accel
 from ..events.model import BlockRemoved, BlockStored, EventBatch, Heartbeat, TierCleared, WorkerStarted
+from .prefix import FAST, NONE, SHARED, SLOW, PrefixMatch, WorkerPrefix, native_prefix, numpy_prefix
 from .table import KeyTable, key_arrays
 
-FAST, SLOW, SHARED, NONE = 0, 1, 2, -1  # tier ranks of a block on a worker
+__all__ = ["FAST", "NONE", "SHARED", "SLOW", "BlockIndex", "IndexFullError", "PrefixMatch", "WorkerPrefix"]
+
 MAX_WORKERS = 64
 MAX_STORES = 8  # distinct shared stores: the bits of a slot's ``shared`` byte
 _SHARED_HINTS = ("redis", "valkey", "shared")
@@ -80,40 +84,6 @@ class WorkerState:
         return FAST if tier.lower() in ("memory", "ram", "hot", "gpu", "cpu") else SLOW
 
 
-@dataclass
-class WorkerPrefix:
-    """One worker's longest consecutive cached prefix of a request: ``blocks`` in all, of which
-    ``fast`` in its RAM, ``slow`` on its disk, ``shared`` only on the shared store."""
-
-    blocks: int
-    fast: int
-    slow: int
-    shared: int
-
-
-@dataclass
-class PrefixMatch:
-    n_keys: int
-    workers: dict[str, WorkerPrefix]
-    _fast: np.ndarray | None = field(default=None, repr=False)
-    _slow: np.ndarray | None = field(default=None, repr=False)
-    _masks: dict[str, np.uint64] = field(default_factory=dict, repr=False)
-
-    def best(self) -> int:
-        return max((p.blocks for p in self.workers.values()), default=0)
-
-    def tiers(self, worker: str) -> np.ndarray:
-        """The tier of each block of ``worker``'s prefix: FAST, SLOW or SHARED (int8)."""
-        p = self.workers[worker]
-        out = np.full(p.blocks, SHARED, np.int8)
-        if self._fast is None or self._slow is None or not p.blocks:
-            return out
-        m = self._masks[worker]
-        out[(self._slow[: p.blocks] & m) != 0] = SLOW
-        out[(self._fast[: p.blocks] & m) != 0] = FAST
-        return out
-
-
 class BlockIndex:
     """Block key -> worker bitmasks by tier, applied from EventBatches (or, under ``ctxcache route
     --redis``, from the events consumer through router/feed.py), queried by prefix.
@@ -133,6 +103,10 @@ class BlockIndex:
         self.ignored = 0  # batches dropped: duplicates, or from an epoch older than the current one
         self._t = KeyTable(capacity)
         self._lock = threading.RLock()
+        # chosen once, as a hasher's key walk is (accel.py); a module built before it had none
+        self._native = accel.native if hasattr(accel.native, "table_prefix") else None
+        # the live workers' names, bits and masks as a query takes them: kept until one comes or goes
+        self._live: tuple[list[str], bytes, dict[str, np.uint64]] | None = None
 
     # --- events --------------------------------------------------------------------------------------
     def apply(self, batch: EventBatch) -> bool:
@@ -203,6 +177,7 @@ class BlockIndex:
             raise IndexFullError(f"this index tracks at most {MAX_WORKERS} workers")
         w = WorkerState(name, self._free_bits.pop(), epoch, last_seen=self._clock())
         self._workers[name] = w
+        self._live = None
         return w
 
     def _apply_event(self, w: WorkerState, ev: object) -> None:
@@ -270,6 +245,7 @@ class BlockIndex:
         self._t.slow &= ~w.mask
         self._readers &= ~w.mask
         del self._workers[w.name]
+        self._live = None
         self._free_bits.append(w.bit)
 
     # --- fed by a consumer that owns ordering (router/feed.py) ----------------------------------------
@@ -324,21 +300,17 @@ class BlockIndex:
         n = len(keys)
         if n == 0 or not self._workers:
             return PrefixMatch(n, {name: WorkerPrefix(0, 0, 0, 0) for name in self._workers})
-        slots = self._t.find(*key_arrays(keys))
-        ok = slots >= 0
-        hit = np.where(ok, slots, len(self._t.lo) - 1)  # the last pad slot is always empty: masks 0
-        fast, slow = self._t.fast[hit], self._t.slow[hit]
-        on = self._t.shared[hit]
-        shared = np.zeros(n, np.uint64)
-        for bit in self._stores.values():  # usually one store: one numpy step
-            shared |= np.where(on & np.uint8(1 << bit), self._readers[bit], np.uint64(0))
-        run = np.bitwise_and.accumulate(fast | slow | shared)  # bit w: blocks 0..i all readable by w
-        live = list(self._workers.values())
-        bits = np.array([w.bit for w in live], np.uint64)
-        rows = np.stack([run, run & fast, run & slow & ~fast])  # (3, n): in the prefix / RAM / disk
-        counts = ((rows[:, :, None] >> bits) & np.uint64(1)).sum(1).T.tolist()  # per worker: 3 counts
-        out = {w.name: WorkerPrefix(b, f, sl, b - f - sl) for w, (b, f, sl) in zip(live, counts)}
-        return PrefixMatch(n, out, fast, slow, {w.name: w.mask for w in live})
+        if self._native is not None:
+            live, bits, masks = self._live_workers()
+            return native_prefix(self._native, self._t, self._readers, live, bits, masks, keys)
+        live, bits, masks = self._live_workers()
+        return numpy_prefix(self._t, self._readers, list(self._stores.values()), live, bits, masks, keys)
+
+    def _live_workers(self) -> tuple[list[str], bytes, dict[str, np.uint64]]:
+        if self._live is None:
+            live = list(self._workers.values())
+            self._live = [w.name for w in live], bytes(w.bit for w in live), {w.name: w.mask for w in live}
+        return self._live
 
     def lookup_slots(self, keys: Sequence[bytes]) -> np.ndarray:
         """Slots of ``keys`` (-1: not indexed): the raw batch lookup the benchmark times."""

@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
@@ -31,6 +30,9 @@ from .metrics import RouterMetrics
 from .pool import Pool, Upstream
 from .requests import Keyed, RequestKeys
 from .score import Decision, Scorer, Speculative, prefixes
+from .upstream import ConnectFailed, UpstreamError
+from .upstream import Response as UpResponse
+from .upstream import Upstream as UpClient
 
 _HOP = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "upgrade", "te", "trailer"}
 _RETRY_STATUS = {429, 500, 502, 503, 504}
@@ -70,8 +72,12 @@ def _forward_headers(request: Request) -> dict[str, str]:
     return {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
 
 
-def _response_headers(resp: httpx.Response, w: Upstream, d: Decision | None = None) -> dict[str, str]:
-    out = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP | {"content-encoding", "date", "server"}}
+def _response_headers(resp: UpResponse, w: Upstream, d: Decision | None = None) -> dict[str, str]:
+    # the body passes through as the worker encoded it, so its content-encoding goes with it
+    out: dict[str, str] = {}
+    for k, v in resp.header_list:
+        if k not in _HOP and k not in ("date", "server"):
+            out[k] = f"{out[k]}, {v}" if k in out else v
     out["x-ctxcache-worker"] = w.url  # which worker answered: for logs, tests and clients that care
     if d is not None:  # what the router expected that worker to have cached, and why it went there
         out["x-ctxcache-predicted-cached-tokens"] = str(d.predicted_cached_tokens)
@@ -101,7 +107,7 @@ def reported_cached(payload: Any) -> int | None:
 class Proxy:
     """The request path: pick, send, retry once before the first byte, stream through."""
 
-    def __init__(self, router: Router, client: httpx.AsyncClient, tokenizer_threads: int = 2) -> None:
+    def __init__(self, router: Router, client: UpClient, tokenizer_threads: int = 2) -> None:
         self.router, self.client = router, client
         self._tok = ThreadPoolExecutor(tokenizer_threads, thread_name_prefix="ctxcache-router-tokenize")
 
@@ -151,12 +157,12 @@ class Proxy:
         m.in_flight.labels(w.url).inc()
         started = False
         try:
-            req = self.client.build_request(method, w.url + path, content=raw, headers=headers,
-                                            timeout=httpx.Timeout(self.router.upstream_timeout_s, connect=2.0))  # fmt: skip
             try:
-                resp = await self.client.send(req, stream=True)
-            except httpx.HTTPError as exc:
-                self.router.pool.failed(w, f"{type(exc).__name__}: {exc}", connect=isinstance(exc, httpx.ConnectError))
+                resp = await self.client.request(
+                    method, w.url + path, raw, headers.items(), self.router.upstream_timeout_s
+                )
+            except UpstreamError as exc:
+                self.router.pool.failed(w, f"{type(exc).__name__}: {exc}", connect=isinstance(exc, ConnectFailed))
                 m.requests.labels(w.url, api, "retried").inc()
                 return None
             if resp.status_code in _RETRY_STATUS:
@@ -172,7 +178,7 @@ class Proxy:
             if stream and resp.status_code == 200 and ctype.startswith("text/event-stream"):
                 try:
                     first = await self._first(resp)
-                except httpx.HTTPError as exc:
+                except UpstreamError as exc:
                     await resp.aclose()
                     self.router.pool.failed(w, f"stream: {type(exc).__name__}")
                     return None
@@ -181,7 +187,7 @@ class Proxy:
                                          status_code=200, headers=_response_headers(resp, w, d))  # fmt: skip
             try:
                 content = await resp.aread()
-            except httpx.HTTPError as exc:
+            except UpstreamError as exc:
                 self.router.pool.failed(w, f"body: {type(exc).__name__}")
                 return None
             finally:
@@ -196,12 +202,16 @@ class Proxy:
     async def _plain(self, w: Upstream, method: str, path: str, raw: bytes, headers: dict[str, str], api: str,
                      d: Decision, keyed: Keyed | None) -> Response:  # fmt: skip
         """The last worker's answer, whatever its status (no one left to retry on)."""
-        resp = await self.client.request(method, w.url + path, content=raw, headers=headers,
-                                         timeout=self.router.upstream_timeout_s)  # fmt: skip
-        self._account(w, api, d, keyed, resp.content, resp.status_code)
-        return Response(resp.content, status_code=resp.status_code, headers=_response_headers(resp, w, d))
+        try:
+            resp = await self.client.request(method, w.url + path, raw, headers.items(), self.router.upstream_timeout_s)
+            content = await resp.aread()
+        except UpstreamError as exc:
+            self.router.pool.failed(w, f"{type(exc).__name__}: {exc}", connect=isinstance(exc, ConnectFailed))
+            return _error(path.split("?", 1)[0], 502, "the last worker failed before answering; retry later")
+        self._account(w, api, d, keyed, content, resp.status_code)
+        return Response(content, status_code=resp.status_code, headers=_response_headers(resp, w, d))
 
-    async def _first(self, resp: httpx.Response) -> tuple[AsyncIterator[bytes], bytes]:
+    async def _first(self, resp: UpResponse) -> tuple[AsyncIterator[bytes], bytes]:
         it = resp.aiter_raw()
         try:
             first = await anext(it)
@@ -209,7 +219,7 @@ class Proxy:
             first = b""
         return it, first
 
-    async def _relay(self, w: Upstream, resp: httpx.Response, first: tuple[AsyncIterator[bytes], bytes], api: str,
+    async def _relay(self, w: Upstream, resp: UpResponse, first: tuple[AsyncIterator[bytes], bytes], api: str,
                      d: Decision, keyed: Keyed | None, pending: int) -> AsyncIterator[bytes]:  # fmt: skip
         """The worker's stream, one whole SSE event at a time (a partial event is never followed
         by the error event that ends a broken stream)."""
@@ -219,10 +229,14 @@ class Proxy:
         w.load.streaming += 1
         try:
             while True:
-                buf += chunk
-                cut = buf.rfind(b"\n\n")
+                if not buf and chunk.endswith(b"\n\n"):  # whole events, as a worker writes them: no copy
+                    out, cut = chunk, 0
+                else:
+                    buf += chunk
+                    cut = buf.rfind(b"\n\n")
+                    if cut >= 0:
+                        out, buf = buf[: cut + 2], buf[cut + 2 :]
                 if cut >= 0:
-                    out, buf = buf[: cut + 2], buf[cut + 2 :]
                     if seen.update(out) and pending:  # the first text: its prefill is done
                         w.load.prefill_tokens -= pending
                         pending = 0
@@ -235,7 +249,7 @@ class Proxy:
                 yield buf
             self.router.pool.succeeded(w)
             self._count(w, api, d, keyed, seen.cached, "ok")
-        except httpx.HTTPError as exc:
+        except UpstreamError as exc:
             self.router.pool.failed(w, f"stream broke: {type(exc).__name__}")
             m.stream_errors.labels(w.url).inc()
             self._count(w, api, d, keyed, None, "stream_error")

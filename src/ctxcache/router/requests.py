@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from ..cache import ContextCache
 from ..errors import CtxCacheError
-from ..integrations.chat import chat_template_for, encode_chat, model_type
+from ..integrations.chat import chat_template_for, encode_chat, model_type, text_encoder
 from ..server.config import DEFAULT_TENANT, ServerConfig
 from ..server.deps import APIError
 from ..server.routes_anthropic import to_messages as anthropic_messages
@@ -42,6 +42,7 @@ class Keyed:
 class RequestKeys:
     def __init__(self, tokenizer: Any, template: str, cfg: ServerConfig, model_fingerprint: str) -> None:
         self.tokenizer, self.template, self.cfg = tokenizer, template, cfg
+        self._encode = text_encoder(tokenizer)
         cache_cfg = cfg.cache_dict(model_fingerprint)
         # Only the key derivation is needed: a token-sized RAM tier, never written.
         cache_cfg["tiers"] = [{"kind": "memory", "capacity": "1MiB"}]
@@ -92,7 +93,7 @@ class RequestKeys:
                 areq = MessagesRequest.model_validate(body)
                 msgs, _ = anthropic_messages(areq)
                 salt, session = None, _user_id(areq.metadata)
-            ids = encode_chat(self.tokenizer, self.template, msgs)
+            ids = encode_chat(self.tokenizer, self.template, msgs, encode=self._encode)
             ns = self._cache.namespace(tenant, salt)
         except (ValidationError, APIError, CtxCacheError, ValueError, KeyError):
             return None

@@ -96,9 +96,14 @@ class Speculative:
 
     def add(self, keys: Sequence[bytes], worker: str) -> None:
         until = self._clock() + self.ttl_s
+        d = self._keys
         for k in keys:
-            self._keys.setdefault(k, {})[worker] = until
-            self._keys.move_to_end(k)
+            entry = d.get(k)
+            if entry is None:  # new keys land at the end already: half the dict work of a request
+                d[k] = {worker: until}
+            else:
+                entry[worker] = until
+                d.move_to_end(k)
         while len(self._keys) > self.capacity:
             self._keys.popitem(last=False)
 
