@@ -145,4 +145,45 @@ FIXED: dict[str, tuple[int, list[Action]]] = {
     "sweep_duplicate_deadlines": (73, [
         ("store", "a", 1, 0), ("store", "a", 1, 2), ("tick", 4.0), ("store", "b", 3, 2), ("sweep",),
     ]),
+    # a lookup found a block corrupt in Redis while a delete of the same key from the disk above was
+    # queued (a kept copy evicted again): Redis's charge was left (a move of the key was pending, in
+    # another tier) and the block stayed indexed there (``Placement.lose`` skipped it for the same
+    # reason): ``Slot.used`` a block low. Now both ask for moves into or out of that tier only
+    "corrupt_read_other_tier_move": (9, [
+        ("store", "a", 6, 0), ("store", "a", 2, 0), ("drain",), ("store", "b", 3, 0), ("drain",), ("store", "a", 1, 0),
+        ("drain",), ("corrupt", 1, 7), ("store", "b", 3, 2), ("store", "a", 2, 2),
+    ]),
+    # a slow-to-slow demotion whose write was refused settled its release while a write of the key
+    # into its source (a write-through copy of a store) was queued behind it, which reserved no old
+    # bytes (a move was pending): the old blob stayed stored and charged, ``Slot.used`` a block high.
+    # Now the failed move hands its release to that write as ``replaces`` (as to a delete behind)
+    "failed_demotion_rewrite_behind": (75, [
+        ("store", "c", 0, 0), ("restart",), ("down", 0, True),
+        ("step", 2, 57946149, [("store", "a", 5, 0), ("store", "c", 5, 2)]), ("restart",),
+    ]),
+    # an erasure's delete queued behind a write-through copy that a delete ahead of both counts the
+    # old bytes for (the delete's own release zeroed): ``Mover._unlanded`` compared the write's
+    # ``replaces`` (0) with the tier's bytes, not with what the delete counted, and reserved nothing
+    # for the copy (``Slot.used`` a block high until sent)
+    "delete_behind_copy_behind_delete": (7, [
+        ("store", "c", 1, 2), ("step", 2, 554818645, [("store", "b", 3, 0), ("store", "a", 0, 0)]),
+        ("store", "c", 1, 0), ("erase", "c"),
+    ]),
+    # a delete batch that failed part way (one delete refused after another had landed) retried each
+    # key alone; the retry of a block already deleted was refused too, and it was charged as kept
+    # with nothing stored. Now a refused retry asks the tier whether the block is still there
+    "refused_retry_of_deleted": (59, [
+        ("erase", "c"), ("lookup", "b", 2, False), ("store", "a", 1, 0), ("lookup", "b", 1, False),
+        ("step", 1, 901371352, [("store", "b", 0, 0)]), ("step", 3, 215665755, []), ("tick", 0.5), ("release", 2),
+        ("restart",), ("store", "c", 0, 1), ("lookup", "b", 0, False), ("tick", 1.0), ("store", "a", 0, 1),
+        ("step", 1, 142452170, []), ("step", 2, 1051301899, [("store", "c", 2, 0)]), ("lookup", "a", 1, True),
+        ("faults", 2, 1.0, 0.3), ("restart",), ("tick", 1.0), ("step", 1, 832921440, []), ("corrupt", 2, 3),
+        ("drain",), ("step", 1, 147463379, []), ("step", 3, 806433629, []), ("down", 1, False), ("store", "a", 0, 2),
+        ("drain",), ("store", "a", 3, 2), ("step", 3, 539686342, [("store", "c", 3, 0)]), ("faults", 1, 0.0, 0.0),
+        ("sweep",), ("tick", 0.5), ("lookup", "b", 3, False), ("store", "a", 2, 0),
+        ("step", 2, 932410388, [("store", "c", 2, 1)]), ("step", 1, 644447975, [("release", 1), ("store", "c", 3, 2)]),
+        ("store", "b", 3, 1), ("sweep",), ("step", 3, 167499652, [("lookup", "b", 3, False)]), ("faults", 2, 0.0, 0.0),
+        ("store", "a", 0, 0), ("store", "a", 0, 1), ("faults", 1, 1.0, 0.3), ("lookup", "c", 3, True),
+        ("step", 2, 551199986, []), ("erase", "b"),
+    ]),
 }  # fmt: skip

@@ -305,8 +305,8 @@ class Placement:
     # --- losses --------------------------------------------------------------------------------------
     def lose(self, node: Node, t: int) -> None:
         """A load of ``node`` from tier ``t`` failed (missing, corrupt, unreachable)."""
-        if node.tier != t or node.key in self.mover.pending:
-            return  # already handled, or in flight (the mover reports the outcome)
+        if node.tier != t or self.mover.queued(node.key, t):
+            return  # already handled, or in flight there (the mover reports the outcome)
         self.slots[t].drop(node.key)
         self.tiers[t].forget(node.key)
         node.tier = LOST

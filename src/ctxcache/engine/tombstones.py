@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import DeleteFailedError
 from ..tiers import Tier
+from .moves import vanished
 
 if TYPE_CHECKING:
     from .core import Engine
@@ -56,7 +57,10 @@ def _send(tier: Tier, gone: Sequence[Move], sizes: list[int]) -> None:
     A tier that names the deletes that failed (DeleteFailedError: a Redis Cluster with one
     master down) is taken at its word: only those are kept, the rest landed. When the call
     raises anything else, each key is tried once more on its own: the call may have stopped at
-    its first failure, and deleting again what it did delete is a no-op."""
+    its first failure, and deleting again what it did delete is a no-op. A retry that raises
+    too is asked whether the block is still there (a read that tells gone from out of reach):
+    the batch call may have deleted it before it failed, and a block charged as kept then was
+    charged with nothing stored (a flaky disk refusing the second unlink of a file gone)."""
     try:
         tier.delete_many([m.key for m in gone])
         return
@@ -72,7 +76,7 @@ def _send(tier: Tier, gone: Sequence[Move], sizes: list[int]) -> None:
         try:
             tier.delete(m.key)
         except Exception:  # noqa: BLE001 - still in storage: placement charges it again
-            m.kept = size
+            m.kept = None if vanished(m, tier) else size
 
 
 def settle(tier: Tier, gone: Sequence[Move]) -> None:
