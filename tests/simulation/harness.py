@@ -158,7 +158,22 @@ class Sim:
             self.model.allowed_lost += 1
 
     def _copy_elsewhere(self, pos: int, kb: bytes) -> bool:
-        return any(other != pos and kb in tier and tier.nbytes(kb) for other, tier in enumerate(self.e.tiers))
+        """Another tier holds a copy the engine may serve: not an erased blob a refused delete kept
+        (its payload stored before the tenant's last erasure), which must not be served."""
+        return any(
+            other != pos and kb in tier and tier.nbytes(kb) and self._valid(tier, kb)
+            for other, tier in enumerate(self.e.tiers)
+        )
+
+    def _valid(self, tier: Tier, kb: bytes) -> bool:
+        if not isinstance(tier, (SimDisk, SimRedis)):
+            return True  # RAM holds what the engine stored there; erasure deletes it at once
+        blob = tier.stored().get(kb)
+        try:
+            data = bytes(memoryview(tier.codec.decode(blob, kb).payload)) if blob is not None else None
+        except Exception:  # noqa: BLE001 - corrupt: no copy
+            return False
+        return any(data in vs for vs in self.model.versions.values())
 
     # --- the actions ---------------------------------------------------------------------------------
     def do(self, a: Action) -> None:

@@ -186,4 +186,15 @@ FIXED: dict[str, tuple[int, list[Action]]] = {
         ("store", "a", 0, 0), ("store", "a", 0, 1), ("faults", 1, 1.0, 0.3), ("lookup", "c", 3, True),
         ("step", 2, 551199986, []), ("erase", "b"),
     ]),
+    # a tenant erased while a refused delete kept its block on disk; the same block stored anew (in
+    # RAM) was then demoted onto the kept blob as onto a clean copy (nothing written; the store had
+    # dropped the key from ``Placement.erased``) and served from there with the erased payload.
+    # Now the key stays erased while a slow tier keeps the erased blob, and such a blob is no copy
+    # (``Placement.copy_at``): the demotion writes the block anew over it
+    "erased_blob_taken_for_copy": (51, [
+        ("store", "c", 5, 2), ("step", 1, 783829178, [("store", "b", 4, 0)]), ("restart",), ("faults", 1, 0.3, 1.0),
+        ("tick", 0.5), ("sweep",), ("tick", 0.5), ("step", 1, 654990634, [("store", "c", 6, 2)]),
+        ("step", 3, 1062349746, [("store", "a", 5, 0)]), ("store", "b", 5, 0), ("erase", "a"), ("store", "a", 8, 2),
+        ("step", 2, 1048554052, [("store", "a", 5, 1)]),
+    ]),
 }  # fmt: skip

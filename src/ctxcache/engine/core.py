@@ -21,6 +21,7 @@ from ..tiers import Tier
 from ..usage import Usage
 from . import erasure as _erasure
 from . import invalidation as _invalidation
+from . import lifecycle as _lifecycle
 from . import lookup as _lookup
 from . import store as _store
 from . import tombstones as _tombstones
@@ -101,7 +102,7 @@ class Engine:
         with self.lock:  # every tier's finds charged first: trimming one may write down to the next
             _tombstones.restore(self, dead)
             for t in self.placement.persistent:
-                self.placement.trim(t)  # within the quotas and capacities configured now
+                _lifecycle.trim(self.placement, t)  # within the quotas and capacities configured now
 
     def _set_tenancy(self, tenancy: Tenancy) -> None:
         get = self.index.get
@@ -276,7 +277,7 @@ class Engine:
                 continue
             while time.monotonic() < deadline:
                 with self.lock:
-                    moved = pl.spill(t)
+                    moved = _lifecycle.spill(pl, t)
                 if not moved or not pl.mover.wait_idle(max(0.1, deadline - time.monotonic())):
                     break
 

@@ -128,9 +128,11 @@ class Mover:
         rewrite: a block a refused delete left there, or one an earlier run did), reserved as the
         slot's outflow. With only the new bytes reserved (inflow) while the tier still charged the
         old, the slot counted the block twice until it landed, and room made meanwhile evicted a
-        block too many. When a move of the key is queued the charge may be on its way out (a
-        delete) or not landed yet: 0, so the block is never counted as gone (at worst twice)."""
-        return 0 if key in self.pending else self.tiers[pos].nbytes(key)
+        block too many. When a move of the key into or out of that tier is outstanding the charge
+        may be on its way out (a delete) or not landed yet: 0, so the block is never counted as
+        gone (at worst twice). A move elsewhere (the copy into a lower tier a store queued first)
+        leaves the charge here as it is: it is replaced."""
+        return 0 if self.outstanding(key, pos) else self.tiers[pos].nbytes(key)
 
     def _unlanded(self, move: Move) -> int:
         """Bytes a delete queued behind a write of its key into its tier that has not landed (the

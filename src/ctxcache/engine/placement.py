@@ -107,22 +107,6 @@ class Placement:
             if excess:
                 self.make_room(t, excess)
 
-    def trim(self, t: int) -> None:
-        """Start-up: bring persistent tier ``t`` within each tenant's quota, then its capacity.
-
-        A restart may find more than they allow (a lowered quota, files of a larger setup). The
-        excess leaves now, by the road a store's excess takes (the policy picks, oldest first as
-        learned at start; a lower tier takes what it has room for; the rest is evicted, counted
-        as quota evictions), not at the tenant's next write here: a tenant that only reads would
-        hold more than its quota, which is a promise to the other tenants, for as long as it ran."""
-        slot = self.slots[t]
-        for tenant, quota in slot.quotas.items():
-            over = slot.tenant_used(tenant) - quota
-            if over > 0:
-                self.make_room(t, over, only=tenant)
-        if slot.used() > slot.capacity:
-            self.make_room(t, slot.used() - slot.capacity)
-
     # --- leaving a tier ------------------------------------------------------------------------------
     def make_room(self, t: int, nbytes: int, only: str | None = None) -> bool:
         """Demote or evict from tier ``t`` until ``nbytes`` are freed. False if it could not.
@@ -187,27 +171,6 @@ class Placement:
             self.c.quota_evictions += quota
         return True
 
-    def spill(self, t: int) -> int:
-        """Shutdown: demote the unpinned blocks of RAM tier ``t`` one tier down (never evict them).
-
-        Returns how many moved; it stops early when the write buffer is full, so the caller
-        waits for the mover and calls again until nothing moves.
-        """
-        tier = self.tiers[t]
-        moved = 0
-        for key in list(tier.keys()):
-            node = self.index.get(key)
-            if node is None or node.tier != t or node.pins or key in self.mover.pending:
-                continue
-            try:
-                if not self._demote(t, key, node):
-                    break
-            except PayloadError:  # a hot payload the slow tier's codec cannot encode: it stays
-                continue
-            self.slots[t].drop(key)
-            moved += 1
-        return moved
-
     def _drop(self, t: int, key: Hashable, erase: bool = False) -> None:
         """Delete ``key`` from tier ``t``; call it while the slot still charges the key's owner.
         ``erase``: an erasure's or a TTL's (journaled if refused: engine/tombstones.py)."""
@@ -225,7 +188,7 @@ class Placement:
         src, dst = self.tiers[t], self.tiers[d]
         if not dst.healthy:
             return False
-        if self.slots[d].holds(key):  # a clean copy is already there: nothing to write
+        if self.copy_at(d, key):  # a clean copy is already there: nothing to write
             self._drop(t, key)
         else:
             payload: Any = None
@@ -242,6 +205,8 @@ class Placement:
             if (payload is None and blob is None and not src.slow) or not self.room(d, size, owner):
                 return False
             meta = meta_of(node) if node is not None else NO_META
+            if self.slots[d].owner(key) is not None:  # an erased blob kept there: rewritten, charged
+                self.slots[d].drop(key)  # again (below) to this block's owner at its new size
             if dst.slow:
                 held = 0 if src.slow else size
                 if held and self.mover.buffered + held > self.write_buffer:
@@ -264,6 +229,22 @@ class Placement:
             node.tier = d
         self.c.demotions += 1
         return True
+
+    def copy_at(self, t: int, key: Hashable) -> bool:
+        """Whether tier ``t`` holds a clean copy of the indexed block ``key``: not an erased blob a
+        refused delete kept there (``erased``), which a block stored anew under the key was
+        demoted onto (nothing written) and then served from, with the erased payload. A write
+        of the key queued there since (a store's write-through copy) is the new block's."""
+        if not self.slots[t].holds(key):
+            return False
+        return key not in self.erased or any(m.dst == t for m in self.mover.outstanding(key, t))
+
+    def stored_anew(self, key: Hashable) -> None:
+        """A store indexed ``key`` anew: no longer erased, unless a slow tier still keeps an erased
+        blob of it (its delete refused, or queued): until that goes, no blob of the key in a slow
+        tier is a copy (``copy_at``: demotions and copies write it anew) or discovered."""
+        if not any(s.slow and (key in s.tier or s.holds(key) or self.mover.queued(key, s.pos)) for s in self.slots):
+            self.erased.discard(key)
 
     # --- entering a tier -----------------------------------------------------------------------------
     def place(self, t: int, node: Node, payload: Any, size: int, blob: bytes | None = None) -> None:
@@ -360,7 +341,9 @@ class Placement:
             # A promotion (no src) keeps its slow source's copy: served from there again, not lost;
             # so does a store whose write-through copy below is still queued (served from the queue).
             below = [t for t in range(m.dst + 1, len(self.slots)) if self.slots[t].holds(m.key)]
-            kept = below and (m.key in self.tiers[below[0]] or self.mover.queued(m.key, below[0]))
+            kept = below and (  # stored there, and not an erased blob; or still queued there
+                (m.key in self.tiers[below[0]] and m.key not in self.erased) or self.mover.queued(m.key, below[0])
+            )
             node.tier = below[0] if kept else LOST
             if node.tier == LOST:
                 self.c.lost += 1

@@ -149,7 +149,7 @@ def _place(
                     node = None  # a lost block the room-making pruned (its child evicted): insert it anew
                 if node is None:
                     node = index.insert(keys[i], parent, tokens, i, tag=ns.tenant)
-                    e.placement.erased.discard(node.key)  # stored anew: any kept old blob is overwritten
+                    e.placement.stored_anew(node.key)
                 else:
                     c.repaired += 1
                 e.placement.place(0, node, payloads[i - first_block], size, blobs[i - first_block])
