@@ -197,4 +197,28 @@ FIXED: dict[str, tuple[int, list[Action]]] = {
         ("step", 3, 1062349746, [("store", "a", 5, 0)]), ("store", "b", 5, 0), ("erase", "a"), ("store", "a", 8, 2),
         ("step", 2, 1048554052, [("store", "a", 5, 1)]),
     ]),
+    # an expired block whose delete Redis refused at the close's sweep (Redis down through the
+    # close): the tier refused its tombstone too, and after the restart the block was found again
+    # and served past its TTL. Now the engine's erasure journal (engine/journal.py, a local file)
+    # records it too, and every tier's tombstones and the journal's keys count for every tier
+    "expired_tombstone_refused_journaled": (21, [
+        ("store", "c", 2, 0), ("store", "a", 3, 0), ("step", 2, 123332029, [("store", "a", 4, 2)]),
+        ("step", 1, 821124518, []), ("store", "a", 2, 1), ("store", "a", 4, 0), ("tick", 4.0), ("drain",),
+        ("down", 1, True), ("restart",), ("down", 1, False), ("step", 2, 537808515, [("store", "c", 3, 0)]),
+    ]),
+    # a tenant erased while a Redis Cluster master was down (its storage could not be searched:
+    # ``Placement.unverified``, in memory only): after a restart its block there was found and
+    # served. Now the journal keeps the tenant with the tiers not searched, replayed at start
+    "erased_unsearched_restart": (18, [
+        ("store", "c", 4, 2), ("restart",), ("master", 1, 1, True), ("erase", "c"), ("restart",),
+        ("store", "c", 4, 0),
+    ]),
+    # an erased blob a refused delete kept in Redis (an orphan charged again) was chosen to make room
+    # and demoted into the disk below: written there as a clean block, unmarked, it was discovered
+    # and served. Now a tier's erased blob is deleted when it must leave, never moved on
+    "erased_orphan_demoted": (95, [
+        ("faults", 0, 0.3, 1.0), ("store", "b", 1, 0), ("step", 1, 612418233, [("store", "a", 6, 0)]),
+        ("faults", 1, 0.0, 0.0), ("store", "c", 6, 0), ("erase", "c"), ("tick", 2.0), ("store", "c", 5, 0),
+        ("faults", 0, 0.0, 0.0), ("step", 2, 502680691, []), ("lookup", "c", 6, False),
+    ]),
 }  # fmt: skip

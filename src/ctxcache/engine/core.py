@@ -30,6 +30,7 @@ from .bandwidth import TokenBucket
 from .expiry import Expiry
 from .factory import make_slots
 from .fairness import Fairness
+from .journal import ErasureJournal
 from .lookup import Match
 from .operator_pins import OperatorPins
 from .options import EngineOptions, check_options
@@ -92,7 +93,14 @@ class Engine:
         self._background = background
         if tenancy is not None:
             self._set_tenancy(tenancy)
-        dead = {t: _tombstones.dead_keys(s.tier) for t, s in enumerate(self.slots) if s.persistent}
+        path = options.get("erasure_journal")
+        self.journal = self.placement.mover.journal = None if path is None else ErasureJournal(path)
+        self._open_stored()
+
+    def _open_stored(self) -> None:
+        """At start: what persistent tiers hold becomes evictable orphans, but what a tombstone or the
+        erasure journal names (deleted again: ``tombstones.restore``); then each within its limits."""
+        dead = _tombstones.dead_keys(self)
         for t, slot in enumerate(self.slots):
             slot.policy.attach(self.index)
             if slot.persistent:  # blocks left by an earlier run: evictable orphans, oldest first,

@@ -89,7 +89,7 @@ def attach(
     the sweeper comes, and served from there it would outlive its TTL)."""
     for t, block in found:
         key = block.key
-        if expired(key) or key in pl.erased or block.tenant in pl.unverified:
+        if expired(key) or t in pl.erased.get(key, ()) or t in pl.unverified.get(block.tenant, ()):
             return  # expired, erased (a refused delete kept it), or of a tenant erased unverified
         if pl.mover.leaving(key, t):
             # Being deleted from that tier, or moved out of it (a slow-to-slow demotion of an

@@ -35,6 +35,7 @@ def engine_options(cfg: CacheConfig) -> EngineOptions:
         promote=cfg.promote,
         write_buffer=cfg.write_buffer,
         tenancy=load_tenancy(cfg.tenants, cfg.tenancy),
+        erasure_journal=cfg.erasure_journal,
     )
 
 

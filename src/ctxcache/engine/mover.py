@@ -102,6 +102,7 @@ class Mover:
         # simulation interleaves them with requests), and waiting for it runs the queue in place.
         self.manual = manual
         self._stepping = False
+        self.journal: Any = None  # the engine's ErasureJournal, if configured (engine/tombstones.py)
 
     def submit(self, move: Move) -> None:
         """Queue a move (caller holds the lock) and charge its bytes."""
@@ -346,7 +347,7 @@ class Mover:
             gone = [m for m in batch if m.ok]
             if gone:
                 sizes = self._settle_release(self.slots[head.src], gone)
-                tombstones.delete(self.tiers[head.src], gone, sizes)
+                tombstones.delete(self, self.tiers[head.src], gone, sizes)
 
     def _settle_release(self, src: Slot, gone: list[Move]) -> list[int]:
         """Under the lock, before the deletes are sent: settle their outflow and have the tier stop

@@ -25,6 +25,8 @@ class EngineOptions(TypedDict, total=False):
     promote: copy hits from slower tiers into the top tier [True].
     write_buffer: bytes of RAM that queued writes to slow tiers may hold [256 MiB].
     tenancy: the configured tenants (None: one implicit tenant per namespace name) [None].
+    erasure_journal: a local file recording erasures not verifiably landed, replayed at start
+        (engine/journal.py): the erasure wins a restart even when a tier refused its tombstone [None].
     """
 
     block_size: int
@@ -35,6 +37,7 @@ class EngineOptions(TypedDict, total=False):
     promote: bool
     write_buffer: int
     tenancy: Tenancy | None
+    erasure_journal: str | None
 
 
 def check_options(options: Mapping[str, object]) -> None:

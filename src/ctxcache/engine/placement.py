@@ -60,10 +60,12 @@ class Placement:
         self.all_memory = not any(t.slow or t.persistent for t in self.tiers)
         self._can = [self._can_evict(t) for t in range(len(self.slots))]
         self.fairness: Fairness | None = None  # set by the engine when tenants are configured
-        # Keys erased (tenant erasure, TTL, flush) whose delete from some slow tier has not landed:
-        # never discovered there again (a refused delete kept the block). Not kept over a restart.
-        self.erased: set[Hashable] = set()
-        self.unverified: set[bytes] = set()  # tenants whose last erasure could not search every tier
+        # Keys erased (tenant erasure, TTL, flush) -> the slow tiers whose delete of it has not
+        # landed (a refused delete kept the erased blob there): never discovered there, and no
+        # copy of a block stored anew (``copy_at``) until it lands or a new write overwrites it.
+        # Over a restart: the tombstone journals (engine/tombstones.py, engine/journal.py).
+        self.erased: dict[Hashable, set[int]] = {}
+        self.unverified: dict[bytes, set[int]] = {}  # tenant -> tiers its last erasure could not search
 
     def _can_evict(self, t: int) -> Callable[[Any], bool]:
         if self.all_memory:  # no copies, orphans or moves in flight: the index decides alone
@@ -163,7 +165,8 @@ class Placement:
             self.c.quota_evictions += quota
             self.prune(node.parent)
             return True
-        if node is None and t < self.last and self._demote(t, key, None):
+        erased = t in self.erased.get(key, ())  # an erased blob a refused delete kept: deleted, never moved on
+        if node is None and t < self.last and not erased and self._demote(t, key, None):
             return True  # an orphan: written back like any block
         self._drop(t, key)  # a copy, or an orphan with nowhere to go
         if node is None:  # the orphan leaves the cache (a copy's block stays in a faster tier)
@@ -237,14 +240,19 @@ class Placement:
         of the key queued there since (a store's write-through copy) is the new block's."""
         if not self.slots[t].holds(key):
             return False
-        return key not in self.erased or any(m.dst == t for m in self.mover.outstanding(key, t))
+        return t not in self.erased.get(key, ()) or any(m.dst == t for m in self.mover.outstanding(key, t))
 
-    def stored_anew(self, key: Hashable) -> None:
-        """A store indexed ``key`` anew: no longer erased, unless a slow tier still keeps an erased
-        blob of it (its delete refused, or queued): until that goes, no blob of the key in a slow
-        tier is a copy (``copy_at``: demotions and copies write it anew) or discovered."""
-        if not any(s.slow and (key in s.tier or s.holds(key) or self.mover.queued(key, s.pos)) for s in self.slots):
-            self.erased.discard(key)
+    def mark_erased(self, key: Hashable, t: int) -> None:
+        self.erased.setdefault(key, set()).add(t)
+
+    def unmark_erased(self, key: Hashable, t: int) -> None:
+        """Tier ``t`` no longer keeps an erased blob of ``key``: its delete landed, or a new write of
+        the key landed over it with no delete queued behind (an erasure of the new block)."""
+        ts = self.erased.get(key)
+        if ts is not None and t in ts and not self.mover.deleting(key, t):
+            ts.discard(t)
+            if not ts:
+                del self.erased[key]
 
     # --- entering a tier -----------------------------------------------------------------------------
     def place(self, t: int, node: Node, payload: Any, size: int, blob: bytes | None = None) -> None:
@@ -309,12 +317,13 @@ class Placement:
         """The mover's report, under the lock. Only failed writes and deletes need anything done."""
         if m.src is not None and m.delete_src and m.ok:  # a delete was sent: the tier's breaker learns how it went
             self.slots[m.src].deleted(refused=m.kept is not None)
-            gone = m.kept is None and m.key not in self.mover.pending and not any(m.key in t for t in self.tiers)
-            if gone and m.key in self.erased:
-                self.erased.discard(m.key)  # gone from every tier
+            if m.kept is None:
+                self.unmark_erased(m.key, m.src)  # the erased blob left that tier
         # A delete that failed and left the block resident: tried first next time; failed again: see _refused_again.
         if m.src is not None and self.slots[m.src].settled(m.key, refused=m.kept is not None and self._kept(m)):
             self._refused_again(m.src, m.key, m.kept or 0)
+        if m.dst is not None and m.ok:
+            self.unmark_erased(m.key, m.dst)  # a new blob written over an erased one
         if m.dst is None or m.ok:
             return
         self.c.write_errors += not m.gone  # gone: its source had lost it (corrupt), no write was tried
@@ -342,7 +351,8 @@ class Placement:
             # so does a store whose write-through copy below is still queued (served from the queue).
             below = [t for t in range(m.dst + 1, len(self.slots)) if self.slots[t].holds(m.key)]
             kept = below and (  # stored there, and not an erased blob; or still queued there
-                (m.key in self.tiers[below[0]] and m.key not in self.erased) or self.mover.queued(m.key, below[0])
+                (m.key in self.tiers[below[0]] and below[0] not in self.erased.get(m.key, ()))
+                or self.mover.queued(m.key, below[0])
             )
             node.tier = below[0] if kept else LOST
             if node.tier == LOST:

@@ -148,8 +148,8 @@ def _place(
                 if node is not None and index.get(keys[i]) is not node:
                     node = None  # a lost block the room-making pruned (its child evicted): insert it anew
                 if node is None:
+                    # (an erased blob of the key a tier keeps stays marked there: ``Placement.erased``)
                     node = index.insert(keys[i], parent, tokens, i, tag=ns.tenant)
-                    e.placement.stored_anew(node.key)
                 else:
                     c.repaired += 1
                 e.placement.place(0, node, payloads[i - first_block], size, blobs[i - first_block])
