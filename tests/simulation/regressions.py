@@ -221,4 +221,12 @@ FIXED: dict[str, tuple[int, list[Action]]] = {
         ("faults", 1, 0.0, 0.0), ("store", "c", 6, 0), ("erase", "c"), ("tick", 2.0), ("store", "c", 5, 0),
         ("faults", 0, 0.0, 0.0), ("step", 2, 502680691, []), ("lookup", "c", 6, False),
     ]),
+    # a tenant erased while a request held its block (marked expired, erased once released); a store
+    # of a prompt through that block found it "cached", kept it and refreshed its TTL: the erased
+    # payload was served again, no fault at all. Found by the 5-minute run from 200000. Now a
+    # store stops at a block erased while in use (counted rejected)
+    "store_over_erased_in_use": (200011, [
+        ("store", "a", 2, 2), ("lookup", "a", 0, True), ("erase", "a"),
+        ("step", 1, 98053039, [("store", "a", 1, 1), ("store", "a", 5, 2)]),
+    ]),
 }  # fmt: skip

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 audit = logging.getLogger("ctxcache.audit")
 SWEEP_BATCH = 4096  # expired blocks reclaimed per lock hold
+ERASED_IN_USE = float("-inf")  # the deadline of a block erased while a request held it
 
 
 def _erase_key(e: Engine, key: Hashable) -> bool:
@@ -63,7 +64,7 @@ def _erase_nodes(e: Engine, nodes: list[Node]) -> tuple[list[Hashable], int]:
             erased.append(node.key)
         else:
             busy += 1
-            e.expiry.set(node.key, float("-inf"), node.depth)  # a miss from now on
+            e.expiry.set(node.key, ERASED_IN_USE, node.depth)  # a miss from now on
     return erased, busy
 
 

@@ -18,6 +18,7 @@ from ..errors import PayloadError
 from ..index import Node
 from ..keys import Prompt
 from ..usage import Usage
+from .erasure import ERASED_IN_USE
 from .placement import LOST
 from .tenancy import PinnedQuotaError
 from .through import copy_down
@@ -139,6 +140,11 @@ def _place(
             node = index.get(keys[i])
             if node is not None and node.tokens != tokens:
                 c.collisions += 1
+                break
+            if node is not None and e.expiry.deadline.get(node.key) == ERASED_IN_USE:
+                # Erased while a request held it (it goes once released): kept "as cached" and
+                # refreshed, the erased payload was served again. Nothing is stored from here.
+                c.rejected += n - i
                 break
             if node is None or node.tier == LOST:
                 size = sizes[i - first_block]
