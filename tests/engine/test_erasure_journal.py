@@ -81,8 +81,10 @@ def test_without_the_journal_the_erased_block_comes_back(tmp_path: Path) -> None
 
 def test_the_journal_keeps_keys_and_unsearched_tiers_of_tenants(tmp_path: Path) -> None:
     j = ErasureJournal(tmp_path / "j")
-    assert j.add([b"k" * 16], {b"acme": {"redis", "disk two"}})
+    assert j.add([(b"k" * 16, "redis"), (b"k" * 16, "disk")], {b"acme": {"redis", "disk two"}})
     again = ErasureJournal(tmp_path / "j")
-    assert again.keys == {b"k" * 16} and again.tenants == {b"acme": {"redis", "disk two"}}
-    again.remove([b"k" * 16], [b"acme"])
+    assert again.keys == {b"k" * 16: {"redis", "disk"}} and again.tenants == {b"acme": {"redis", "disk two"}}
+    again.remove([(b"k" * 16, "redis")], [b"acme"])
+    assert ErasureJournal(tmp_path / "j").keys == {b"k" * 16: {"disk"}}
+    again.remove([(b"k" * 16, "disk")])
     assert not (tmp_path / "j").exists()

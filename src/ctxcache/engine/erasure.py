@@ -173,6 +173,14 @@ def erase_tenant(e: Engine, tenant: str) -> dict[str, Any]:
                 slot.drop(key)
                 erased.append(key)
                 e.placement.mark_erased(key, slot_pos)
+        mover = e.placement.mover
+        for m in mover.leaving_of(tenant):  # uncharged, on its way out: should that delete be
+            src = m.src  # refused, the block is charged again, unmarked; an erasure's delete follows
+            if src is None or m.key in e.index or any(q.erase for q in mover.outstanding(m.key, src)):
+                continue
+            e.placement._drop(src, m.key, erase=True)  # journaled where refused (tombstones)
+            e.placement.mark_erased(m.key, src)
+            erased.append(m.key)
         e.counters.erased += len(erased)
     failed: set[int] = set()  # tiers that could not be searched
     verified = _verify(e, erased, failed) and busy == 0

@@ -194,6 +194,11 @@ class Mover:
         _moves.take_over(nxt, src, m.kept)
         return True
 
+    def leaving_of(self, owner: str) -> list[Move]:
+        """Moves out of a tier (deletes, demotions) of blocks charged there to ``owner``, not reported
+        yet: a tenant's erasure follows them (one refused keeps the block, charged again)."""
+        return [m for m in (*self._unreported, *self.queue) if m.delete_src and m.src is not None and m.owner == owner]
+
     def leaving(self, key: Hashable, pos: int) -> bool:
         """Whether a move of ``key`` out of tier ``pos`` (a demotion, a delete) has not reported yet."""
         return self._leaving[key, pos] > 0

@@ -10,9 +10,9 @@ and every block erased or expired while pinned (a held match the sweep had to wa
 a tombstone goes when a delete of its key lands there. At start (``restore``) a tier's tombstoned
 blocks are not adopted: they are marked erased (never discovered) and their deletes queued again.
 
-The rule that makes an erasure win a restart: every tier's tombstones, and the keys of the engine's
-own erasure journal (engine/journal.py, a local file, when configured: written with every refused
-erasure delete and at close), count for every persistent tier at start; so do the blocks a tier
+The rule that makes an erasure win a restart: a tier's tombstones, and the keys the engine's own
+erasure journal (engine/journal.py, a local file, when configured: written with every refused
+erasure delete and at close) names for that tier, are not adopted there at start; so are the blocks a tier
 found of a tenant the journal names unverified in that tier (an erasure of it could not search
 there). None of them is adopted or discovered before its delete lands. A tombstone whose key is
 erased nowhere at close (its blob deleted, or overwritten by a block stored anew) goes.
@@ -38,21 +38,19 @@ if TYPE_CHECKING:
 
 def dead_keys(e: Engine) -> dict[int, set[bytes]]:
     """At start, before the tiers' blocks are adopted: per persistent tier, the keys it must not
-    adopt and deletes again (``restore``). Every tier's tombstones and the erasure journal's keys
-    count for every tier (a tier that refused its own tombstone has it in the engine's journal),
-    and so do the blocks a tier found of a tenant the journal names unverified (an erasure of it
+    adopt and deletes again (``restore``): its tombstones and the erasure journal's keys naming it
+    (a tier that refused its own tombstone has it in the engine's journal), and the blocks a tier found of a tenant the journal names unverified (an erasure of it
     could not search every tier: they may be what it missed). Those tenants are unverified again."""
     pl, journal = e.placement, e.journal
-    found: set[bytes] = set()
-    for t in pl.persistent:
-        found |= e.tiers[t].tombstones()
     if journal is not None:
-        found |= journal.keys
         for tenant, names in journal.tenants.items():
             pl.unverified.setdefault(tenant, set()).update(t for t in pl.persistent if e.slots[t].name in names)
     out = {}
     for t in pl.persistent:
-        tier = e.tiers[t]
+        tier, name = e.tiers[t], e.slots[t].name
+        found = tier.tombstones()
+        if journal is not None:
+            found |= {k for k, names in journal.keys.items() if name in names}
         missed = {key_bytes(k) for k in tier.keys() if t in pl.unverified.get(tier.tenant_of(k), ())}  # noqa: SIM118
         out[t] = found | missed
     return out
@@ -114,14 +112,10 @@ def settle(mover: Mover, tier: Tier, gone: Sequence[Move]) -> None:
     if refused:
         tier.bury(refused)
         if journal is not None:
-            journal.add(refused)
+            journal.add((k, tier.name) for k in refused)
     tier.unbury(m.key for m in gone if m.kept is None)
     if journal is not None and journal.keys:
-        journal.remove(
-            m.key
-            for m in gone
-            if m.kept is None and mover.pending.get(m.key) is m and not any(m.key in t for t in mover.tiers)
-        )
+        journal.remove((m.key, tier.name) for m in gone if m.kept is None)
 
 
 def persist(e: Engine) -> None:
@@ -133,20 +127,23 @@ def persist(e: Engine) -> None:
     now = e.clock()
     erased = e.placement.erased
     due = {k for k, d in e.expiry.deadline.items() if d <= now}
-    held: list[Hashable] = []
+    keep: list[tuple[Hashable, str]] = []  # (key, tier name): an erased blob that tier may keep
     for t in e.placement.persistent:
-        tier = e.tiers[t]
-        keys = [k for k in (*(k for k, ts in erased.items() if t in ts), *due) if k in tier]
+        tier, name = e.tiers[t], e.slots[t].name
+        marked = [k for k, ts in erased.items() if t in ts]
+        keys = [k for k in (*marked, *due) if k in tier]
         if keys:
             tier.bury(keys)
-            held += keys
-        stale = [k for k in tier.buried() if k not in erased and k not in due]
+        keep += [(k, name) for k in {*marked, *keys}]
+        live = {key_bytes(k) for k in (*marked, *due)}
+        stale = [k for k in tier.buried() if k not in live]
         if stale:
             tier.unbury(stale)
     journal = e.journal
     if journal is not None:  # also a journal write that failed earlier gets another chance
-        journal.add([*erased, *held], unverified_names(e))
-        journal.remove([k for k in journal.keys if k not in erased and k not in due])
+        journal.add(keep, unverified_names(e))
+        wanted = {(key_bytes(k), n) for k, n in keep}
+        journal.remove([(k, n) for k, names in list(journal.keys.items()) for n in names if (k, n) not in wanted])
 
 
 def unverified_names(e: Engine) -> dict[bytes, set[str]]:
