@@ -39,6 +39,7 @@ TYPE_ONLY_CIRCLES = [
         "ctxcache.engine.discovery",
         "ctxcache.engine.erasure",
         "ctxcache.engine.invalidation",
+        "ctxcache.engine.lifecycle",
         "ctxcache.engine.lookup",
         "ctxcache.engine.mover",
         "ctxcache.engine.placement",

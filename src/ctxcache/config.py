@@ -55,9 +55,22 @@ class CacheConfig:
     write_lag: float = 1.0  # seconds a write-through copy may wait before stores wait (0: never)
     tenants: dict[str, Any] = field(default_factory=dict)  # [tenants.<id>]: see engine/tenancy.py
     tenancy: dict[str, Any] = field(default_factory=dict)  # [tenancy]: secret, max_pinned, ...
+    erasure_journal: str | None = None  # a local file of erasures not verified yet (engine/journal.py)
 
 
-_TOP = {"block_size", "hash", "model", "salt", "tiers", "promote", "write_buffer", "write_lag", "tenants", "tenancy"}
+_TOP = {
+    "block_size",
+    "hash",
+    "model",
+    "salt",
+    "tiers",
+    "promote",
+    "write_buffer",
+    "write_lag",
+    "tenants",
+    "tenancy",
+    "erasure_journal",
+}
 _TIER = {"kind", "capacity", "policy", "high", "low", "name", "write"}
 _WRITES = ("through", "demote")
 
@@ -95,6 +108,9 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str]) -> CacheConf
     tenants, tenancy = data.get("tenants", {}), data.get("tenancy", {})
     if not isinstance(tenants, Mapping) or not isinstance(tenancy, Mapping):
         raise ConfigError("tenants and tenancy must be tables")
+    journal = data.get("erasure_journal")
+    if journal is not None and not isinstance(journal, str):
+        raise ConfigError(f"erasure_journal must be a file path, got {journal!r}")
     return CacheConfig(
         tenants=dict(tenants),
         tenancy=dict(tenancy),
@@ -106,6 +122,7 @@ def load_config(source: Mapping[str, Any] | str | os.PathLike[str]) -> CacheConf
         promote=promote,
         write_buffer=parse_size(data.get("write_buffer", 256 << 20)),
         write_lag=_write_lag(data.get("write_lag", 1.0)),
+        erasure_journal=journal,
     )
 
 

@@ -36,13 +36,14 @@ def test_every_option_reaches_the_engine_and_the_defaults_are_as_documented():
 
     given: EngineOptions = {
         "block_size": 16, "hash": "blake3", "model": "m", "salt": "s", "clock": clock, "promote": False,
-        "write_buffer": 1 << 20, "write_lag": 0.25, "tenancy": None,
+        "write_buffer": 1 << 20, "write_lag": 0.25, "tenancy": None, "erasure_journal": None,
     }  # fmt: skip
     assert set(given) == EngineOptions.__optional_keys__  # a new option: add it here too
     with ContextCache([MemoryTier(1 << 20)], **given) as cache:
         e = cache._engine
         got = (e.block_size, e.hasher.hash, e.model, e.salt, e.clock, e.placement.promote, e.placement.write_buffer)
-        assert got == (16, "blake3", "m", b"s", clock, False, 1 << 20) and e.tenancy is None and e.write_lag == 0.25
+        assert got == (16, "blake3", "m", b"s", clock, False, 1 << 20) and e.tenancy is None and e.journal is None
+        assert e.write_lag == 0.25
     with ContextCache([MemoryTier(1 << 20)]) as cache:
         e = cache._engine
         got = (e.block_size, e.hasher.hash, e.model, e.salt, e.clock, e.placement.promote, e.placement.write_buffer)
@@ -65,12 +66,12 @@ def test_every_option_comes_from_the_config_or_is_named_as_one_no_config_holds()
     assert not missing, f"EngineOptions keys no config sets: {sorted(missing)}"
 
 
-def test_from_config_hands_every_config_field_to_the_engine():
+def test_from_config_hands_every_config_field_to_the_engine(tmp_path):
     """Each CacheConfig field set away from its default reaches the engine (``tiers`` go to make_tier)."""
     cfg = {
         "block_size": 16, "hash": "blake3", "model": "m", "salt": "s", "promote": False, "write_buffer": "1MiB",
         "write_lag": "250ms", "tenants": {"a": {"api_keys": ["key-a"]}}, "tenancy": {"max_pinned": 4096},
-        "tiers": [{"kind": "memory", "capacity": "1MiB"}],
+        "tiers": [{"kind": "memory", "capacity": "1MiB"}], "erasure_journal": str(tmp_path / "erasures"),
     }  # fmt: skip
     assert set(cfg) == {f.name for f in dataclasses.fields(CacheConfig)}  # a new field: set it here too
 
@@ -83,3 +84,4 @@ def test_from_config_hands_every_config_field_to_the_engine():
         assert got == (16, "blake3", "m", b"s", clock, False, 1 << 20) and e.write_lag == 0.25
         assert e.tenancy is not None and e.tenancy.authenticate("key-a") == "a" and e.tenancy.max_pinned == 4096
         assert cache.slots[0].capacity == 1 << 20
+        assert e.journal is not None and e.journal.path == tmp_path / "erasures"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
 import shutil
 import tempfile
@@ -28,6 +29,8 @@ from .simtiers import Faults, SimDisk, SimRedis
 from .storage import check_idle
 
 LOG = logging.getLogger("ctxcache")  # breaker and outage lines: thousands per run, silenced while one runs
+# SIM_NO_JOURNAL=1: run without the engine's erasure journal (shows what it is for: docs/testing.md)
+NOJ = bool(os.environ.get("SIM_NO_JOURNAL"))
 UNIT = {"memory": 128, "disk": 256, "redis": 256}  # bytes per block of capacity (payloads up to 128 B)
 
 
@@ -58,6 +61,9 @@ class Sim:
         self.in_point = False
         self.raised: Exception | None = None  # a violation (or error) at an I/O point, inside the mover
         self.refused_held: set[bytes] = set()  # refused writes of blocks another tier held then, not reported yet
+        # tenant -> the slow tiers its last erasure could not search (down, a Cluster master down),
+        # and whether a restart came since (docs/testing.md, "erasure journal")
+        self.unsearched: dict[str, tuple[set[int], bool]] = {}
         self.e = self._open()
 
     # --- building the engine -------------------------------------------------------------------------
@@ -81,7 +87,10 @@ class Sim:
 
     def _open(self) -> Engine:
         tiers = [self._tier(pos) for pos in range(len(self.setup.tiers))]
-        e = Engine(tiers, background=False, clock=lambda: self.now, block_size=BLOCK, tenancy=self._tenancy())
+        e = Engine(
+            tiers, background=False, clock=lambda: self.now, block_size=BLOCK, tenancy=self._tenancy(),
+            erasure_journal=None if NOJ else f"{self.dir}/erasures",  # a local file the process keeps (engine/journal.py)
+        )  # fmt: skip
         mover = e.placement.mover
         report = mover.done
 
@@ -158,7 +167,30 @@ class Sim:
             self.model.allowed_lost += 1
 
     def _copy_elsewhere(self, pos: int, kb: bytes) -> bool:
-        return any(other != pos and kb in tier and tier.nbytes(kb) for other, tier in enumerate(self.e.tiers))
+        """Another tier holds a copy the engine may serve: not an erased blob a refused delete kept
+        (its payload stored before the tenant's last erasure), which must not be served."""
+        return any(
+            other != pos and kb in tier and tier.nbytes(kb) and self._valid(other, tier, kb)
+            for other, tier in enumerate(self.e.tiers)
+        )
+
+    def _valid(self, pos: int, tier: Tier, kb: bytes) -> bool:
+        """Also no copy: a block found at start in a tier an erasure of its tenant could not search
+        (the engine deletes those: it cannot tell them from blocks that erasure missed)."""
+        if not isinstance(tier, (SimDisk, SimRedis)):
+            return True  # RAM holds what the engine stored there; erasure deletes it at once
+        blob = tier.stored().get(kb)
+        try:
+            block = tier._codec.decode(blob, kb) if blob is not None else None
+        except Exception:  # noqa: BLE001 - corrupt: no copy
+            return False
+        if block is None:
+            return False
+        dark, restarted = self.unsearched.get(block.tenant.decode(), (set(), False))
+        if restarted and pos in dark:
+            return False
+        data = bytes(memoryview(block.payload))
+        return any(data in vs for vs in self.model.versions.values())
 
     # --- the actions ---------------------------------------------------------------------------------
     def do(self, a: Action) -> None:
@@ -235,6 +267,8 @@ class Sim:
         self.model.allowed_lost += 1
 
     def _erase(self, tenant: str) -> None:
+        dark = {pos for pos, f in self.faults.items() if f.down or f.masters_down}
+        self.unsearched[tenant] = (dark, False)
         self.e.erase_tenant(tenant)
         self.model.erased(tenant)
 
@@ -250,6 +284,7 @@ class Sim:
         self.model.restarted(self.now)
         self.model.allowed_lost = 0
         self.refused_held.clear()
+        self.unsearched = {t: (dark, True) for t, (dark, _) in self.unsearched.items() if dark}
         for pos, backend in self.backends.items():
             self.model.orphans[pos] = set(backend)
         self.e = self._open()

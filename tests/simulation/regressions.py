@@ -145,4 +145,96 @@ FIXED: dict[str, tuple[int, list[Action]]] = {
     "sweep_duplicate_deadlines": (73, [
         ("store", "a", 1, 0), ("store", "a", 1, 2), ("tick", 4.0), ("store", "b", 3, 2), ("sweep",),
     ]),
+    # a lookup found a block corrupt in Redis while a delete of the same key from the disk above was
+    # queued (a kept copy evicted again): Redis's charge was left (a move of the key was pending, in
+    # another tier) and the block stayed indexed there (``Placement.lose`` skipped it for the same
+    # reason): ``Slot.used`` a block low. Now both ask for moves into or out of that tier only
+    "corrupt_read_other_tier_move": (9, [
+        ("store", "a", 6, 0), ("store", "a", 2, 0), ("drain",), ("store", "b", 3, 0), ("drain",), ("store", "a", 1, 0),
+        ("drain",), ("corrupt", 1, 7), ("store", "b", 3, 2), ("store", "a", 2, 2),
+    ]),
+    # a slow-to-slow demotion whose write was refused settled its release while a write of the key
+    # into its source (a write-through copy of a store) was queued behind it, which reserved no old
+    # bytes (a move was pending): the old blob stayed stored and charged, ``Slot.used`` a block high.
+    # Now the failed move hands its release to that write as ``replaces`` (as to a delete behind)
+    "failed_demotion_rewrite_behind": (75, [
+        ("store", "c", 0, 0), ("restart",), ("down", 0, True),
+        ("step", 2, 57946149, [("store", "a", 5, 0), ("store", "c", 5, 2)]), ("restart",),
+    ]),
+    # an erasure's delete queued behind a write-through copy that a delete ahead of both counts the
+    # old bytes for (the delete's own release zeroed): ``Mover._unlanded`` compared the write's
+    # ``replaces`` (0) with the tier's bytes, not with what the delete counted, and reserved nothing
+    # for the copy (``Slot.used`` a block high until sent)
+    "delete_behind_copy_behind_delete": (7, [
+        ("store", "c", 1, 2), ("step", 2, 554818645, [("store", "b", 3, 0), ("store", "a", 0, 0)]),
+        ("store", "c", 1, 0), ("erase", "c"),
+    ]),
+    # a delete batch that failed part way (one delete refused after another had landed) retried each
+    # key alone; the retry of a block already deleted was refused too, and it was charged as kept
+    # with nothing stored. Now a refused retry asks the tier whether the block is still there
+    "refused_retry_of_deleted": (59, [
+        ("erase", "c"), ("lookup", "b", 2, False), ("store", "a", 1, 0), ("lookup", "b", 1, False),
+        ("step", 1, 901371352, [("store", "b", 0, 0)]), ("step", 3, 215665755, []), ("tick", 0.5), ("release", 2),
+        ("restart",), ("store", "c", 0, 1), ("lookup", "b", 0, False), ("tick", 1.0), ("store", "a", 0, 1),
+        ("step", 1, 142452170, []), ("step", 2, 1051301899, [("store", "c", 2, 0)]), ("lookup", "a", 1, True),
+        ("faults", 2, 1.0, 0.3), ("restart",), ("tick", 1.0), ("step", 1, 832921440, []), ("corrupt", 2, 3),
+        ("drain",), ("step", 1, 147463379, []), ("step", 3, 806433629, []), ("down", 1, False), ("store", "a", 0, 2),
+        ("drain",), ("store", "a", 3, 2), ("step", 3, 539686342, [("store", "c", 3, 0)]), ("faults", 1, 0.0, 0.0),
+        ("sweep",), ("tick", 0.5), ("lookup", "b", 3, False), ("store", "a", 2, 0),
+        ("step", 2, 932410388, [("store", "c", 2, 1)]), ("step", 1, 644447975, [("release", 1), ("store", "c", 3, 2)]),
+        ("store", "b", 3, 1), ("sweep",), ("step", 3, 167499652, [("lookup", "b", 3, False)]), ("faults", 2, 0.0, 0.0),
+        ("store", "a", 0, 0), ("store", "a", 0, 1), ("faults", 1, 1.0, 0.3), ("lookup", "c", 3, True),
+        ("step", 2, 551199986, []), ("erase", "b"),
+    ]),
+    # a tenant erased while a refused delete kept its block on disk; the same block stored anew (in
+    # RAM) was then demoted onto the kept blob as onto a clean copy (nothing written; the store had
+    # dropped the key from ``Placement.erased``) and served from there with the erased payload.
+    # Now the key stays erased while a slow tier keeps the erased blob, and such a blob is no copy
+    # (``Placement.copy_at``): the demotion writes the block anew over it
+    "erased_blob_taken_for_copy": (51, [
+        ("store", "c", 5, 2), ("step", 1, 783829178, [("store", "b", 4, 0)]), ("restart",), ("faults", 1, 0.3, 1.0),
+        ("tick", 0.5), ("sweep",), ("tick", 0.5), ("step", 1, 654990634, [("store", "c", 6, 2)]),
+        ("step", 3, 1062349746, [("store", "a", 5, 0)]), ("store", "b", 5, 0), ("erase", "a"), ("store", "a", 8, 2),
+        ("step", 2, 1048554052, [("store", "a", 5, 1)]),
+    ]),
+    # an expired block whose delete Redis refused at the close's sweep (Redis down through the
+    # close): the tier refused its tombstone too, and after the restart the block was found again
+    # and served past its TTL. Now the engine's erasure journal (engine/journal.py, a local file)
+    # records it too, and every tier's tombstones and the journal's keys count for every tier
+    "expired_tombstone_refused_journaled": (21, [
+        ("store", "c", 2, 0), ("store", "a", 3, 0), ("step", 2, 123332029, [("store", "a", 4, 2)]),
+        ("step", 1, 821124518, []), ("store", "a", 2, 1), ("store", "a", 4, 0), ("tick", 4.0), ("drain",),
+        ("down", 1, True), ("restart",), ("down", 1, False), ("step", 2, 537808515, [("store", "c", 3, 0)]),
+    ]),
+    # a tenant erased while a Redis Cluster master was down (its storage could not be searched:
+    # ``Placement.unverified``, in memory only): after a restart its block there was found and
+    # served. Now the journal keeps the tenant with the tiers not searched, replayed at start
+    "erased_unsearched_restart": (18, [
+        ("store", "c", 4, 2), ("restart",), ("master", 1, 1, True), ("erase", "c"), ("restart",),
+        ("store", "c", 4, 0),
+    ]),
+    # an erased blob a refused delete kept in Redis (an orphan charged again) was chosen to make room
+    # and demoted into the disk below: written there as a clean block, unmarked, it was discovered
+    # and served. Now a tier's erased blob is deleted when it must leave, never moved on
+    "erased_orphan_demoted": (95, [
+        ("faults", 0, 0.3, 1.0), ("store", "b", 1, 0), ("step", 1, 612418233, [("store", "a", 6, 0)]),
+        ("faults", 1, 0.0, 0.0), ("store", "c", 6, 0), ("erase", "c"), ("tick", 2.0), ("store", "c", 5, 0),
+        ("faults", 0, 0.0, 0.0), ("step", 2, 502680691, []), ("lookup", "c", 6, False),
+    ]),
+    # a tenant erased while a request held its block (marked expired, erased once released); a store
+    # of a prompt through that block found it "cached", kept it and refreshed its TTL: the erased
+    # payload was served again, no fault at all. Found by the 5-minute run from 200000. Now a
+    # store stops at a block erased while in use (counted rejected)
+    "store_over_erased_in_use": (200011, [
+        ("store", "a", 2, 2), ("lookup", "a", 0, True), ("erase", "a"),
+        ("step", 1, 98053039, [("store", "a", 1, 1), ("store", "a", 5, 2)]),
+    ]),
+    # a tenant erased while the eviction of one of its disk blocks was queued (uncharged, so the
+    # erasure did not see it) and Redis down: the erasure left that block alone; it stayed on disk
+    # and was served. Now an erasure follows the tenant's moves out of a tier not yet reported
+    # (``Mover.leaving_of``) with its own delete (marked erased there, journaled where refused)
+    "erased_while_its_eviction_queued": (64, [
+        ("step", 2, 601667364, [("store", "c", 1, 1)]), ("restart",), ("store", "b", 2, 0), ("down", 1, True),
+        ("erase", "c"), ("lookup", "c", 1, False),
+    ]),
 }  # fmt: skip

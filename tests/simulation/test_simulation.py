@@ -15,18 +15,7 @@ from .harness import Failure, run_seed
 from .regressions import FIXED
 
 # seed -> the open finding it shows (docs/testing.md, "Open findings"), by the violation it ends on
-_USED = "open: Slot.used differs from the bytes charged to owners (corrupt blocks, refused writes)"
-_JOURNAL = "open: an erased/expired block served after a restart: the tier refused its tombstone's write too"
-_UNVERIFIED = "open: a tenant erased while a tier was down: its blocks there come back after a restart"
-_ERASED = "open: an erased block served again after a restart (not analysed)"
-_CHARGED = "open: a tier charges a block its storage no longer holds"
-OPEN: dict[int, str] = {
-    **dict.fromkeys((9, 15, 35, 40, 75, 83), _USED),
-    **dict.fromkeys((7, 21, 42, 45, 55, 94), _JOURNAL),
-    **dict.fromkeys((18, 64), _UNVERIFIED),
-    **dict.fromkeys((51,), _ERASED),
-    **dict.fromkeys((3, 46, 59, 71), _CHARGED),
-}
+OPEN: dict[int, str] = {}
 
 
 @pytest.mark.parametrize("seed", range(BOUNDED))

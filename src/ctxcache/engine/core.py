@@ -21,6 +21,7 @@ from ..tiers import Tier
 from ..usage import Usage
 from . import erasure as _erasure
 from . import invalidation as _invalidation
+from . import lifecycle as _lifecycle
 from . import lookup as _lookup
 from . import store as _store
 from . import tombstones as _tombstones
@@ -29,6 +30,7 @@ from .bandwidth import TokenBucket
 from .expiry import Expiry
 from .factory import make_slots
 from .fairness import Fairness
+from .journal import ErasureJournal
 from .lookup import Match
 from .operator_pins import OperatorPins
 from .options import EngineOptions, check_options, write_lag_of
@@ -87,7 +89,14 @@ class Engine:
         self._background = background
         if tenancy is not None:
             self._set_tenancy(tenancy)
-        dead = {t: _tombstones.dead_keys(s.tier) for t, s in enumerate(self.slots) if s.persistent}
+        path = options.get("erasure_journal")
+        self.journal = self.placement.mover.journal = None if path is None else ErasureJournal(path)
+        self._open_stored()
+
+    def _open_stored(self) -> None:
+        """At start: what persistent tiers hold becomes evictable orphans, but what a tombstone or the
+        erasure journal names (deleted again: ``tombstones.restore``); then each within its limits."""
+        dead = _tombstones.dead_keys(self)
         for t, slot in enumerate(self.slots):
             slot.policy.attach(self.index)
             if slot.persistent:  # blocks left by an earlier run: evictable orphans, oldest first,
@@ -97,7 +106,7 @@ class Engine:
         with self.lock:  # every tier's finds charged first: trimming one may write down to the next
             _tombstones.restore(self, dead)
             for t in self.placement.persistent:
-                self.placement.trim(t)  # within the quotas and capacities configured now
+                _lifecycle.trim(self.placement, t)  # within the quotas and capacities configured now
 
     def _set_tenancy(self, tenancy: Tenancy) -> None:
         get = self.index.get
@@ -272,7 +281,7 @@ class Engine:
                 continue
             while time.monotonic() < deadline:
                 with self.lock:
-                    moved = pl.spill(t)
+                    moved = _lifecycle.spill(pl, t)
                 if not moved or not pl.mover.wait_idle(max(0.1, deadline - time.monotonic())):
                     break
 

@@ -20,22 +20,23 @@ def vanished(pl: Placement, t: int, key: Hashable) -> None:
     """Under the lock, after a read of ``key`` from slow tier ``t`` came back empty (missing,
     corrupt): a tier that found its block gone stops charging it itself, during the read, outside
     the lock. Whatever still counted those bytes follows now: the slot's charge for the key (none
-    is left when a move of it is queued: the mover reports that one) and the bytes queued moves
-    reserved as leaving (a delete's or demotion's ``release``, a rewrite's ``replaces``), which
-    would otherwise hold ``Slot.used`` one block low until sent."""
+    is left when a move of it into or out of this tier is outstanding: the mover reports that
+    one) and the bytes those moves reserved as leaving (a delete's or demotion's ``release``, a
+    rewrite's ``replaces``), which would otherwise hold ``Slot.used`` one block low until sent.
+    A move of the key between other tiers only (a kept copy's delete from the disk below) leaves
+    this tier's charge to be dropped here: left, ``Slot.used`` stayed a block high for good."""
     tier, slot = pl.tiers[t], pl.slots[t]
     if key in tier:
         return  # still charged: a miss for other reasons (its tokens differ), or rewritten since
-    mover = pl.mover
-    if key in mover.pending:
-        for m in mover.queue:
-            if m.key == key and m.src == t and m.release:
-                slot.reserve(0, -m.release)
-                m.release = 0
-            if m.key == key and m.dst == t and m.replaces:
-                slot.reserve(0, -m.replaces)
-                m.replaces = 0
-    elif key in slot.owners:
+    moves = pl.mover.outstanding(key, t)
+    for m in moves:
+        if m.src == t and m.release:
+            slot.reserve(0, -m.release)
+            m.release = 0
+        if m.dst == t and m.replaces:
+            slot.reserve(0, -m.replaces)
+            m.replaces = 0
+    if not moves and key in slot.owners:
         node = pl.index.get(key)
         if node is not None and node.tier == t:  # indexed there (an expired block discovery read)
             pl.lose(node, t)
@@ -88,7 +89,7 @@ def attach(
     the sweeper comes, and served from there it would outlive its TTL)."""
     for t, block in found:
         key = block.key
-        if expired(key) or key in pl.erased or block.tenant in pl.unverified:
+        if expired(key) or t in pl.erased.get(key, ()) or t in pl.unverified.get(block.tenant, ()):
             return  # expired, erased (a refused delete kept it), or of a tenant erased unverified
         if pl.mover.leaving(key, t):
             # Being deleted from that tier, or moved out of it (a slow-to-slow demotion of an

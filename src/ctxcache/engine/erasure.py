@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 audit = logging.getLogger("ctxcache.audit")
 SWEEP_BATCH = 4096  # expired blocks reclaimed per lock hold
+ERASED_IN_USE = float("-inf")  # the deadline of a block erased while a request held it
 
 
 def _erase_key(e: Engine, key: Hashable) -> bool:
@@ -46,8 +47,9 @@ def _erase_key(e: Engine, key: Hashable) -> bool:
         e.index.remove(key)
         pl.prune(node.parent)
     e.expiry.forget(key)
-    if key in pl.mover.pending:  # a delete from a slow tier queued: until it lands, never discovered
-        pl.erased.add(key)
+    for t, slot in enumerate(e.slots):  # a delete from a slow tier queued: until it lands, never discovered there
+        if slot.slow and pl.mover.deleting(key, t):
+            pl.mark_erased(key, t)
     return True
 
 
@@ -62,14 +64,16 @@ def _erase_nodes(e: Engine, nodes: list[Node]) -> tuple[list[Hashable], int]:
             erased.append(node.key)
         else:
             busy += 1
-            e.expiry.set(node.key, float("-inf"), node.depth)  # a miss from now on
+            e.expiry.set(node.key, ERASED_IN_USE, node.depth)  # a miss from now on
     return erased, busy
 
 
-def _verify(e: Engine, keys: list[Hashable]) -> bool:
+def _verify(e: Engine, keys: list[Hashable], failed: set[int] | None = None) -> bool:
     """Outside the lock, after the mover drained: no persistent tier still has any key (a key its
-    tier could not reach may still be stored: not verified)."""
+    tier could not reach may still be stored: not verified). ``failed``: where the tiers that could
+    not be reached are added (every tier is then asked)."""
     e.flush()
+    ok = True
     for t, slot in enumerate(e.slots):
         if slot.persistent and keys:
             tier = slot.tier
@@ -82,8 +86,13 @@ def _verify(e: Engine, keys: list[Hashable]) -> bool:
                     ):
                         _discovery.vanished(e.placement, t, key)
                 if any(b is not None for b in got) or unreachable:
-                    return False
-    return True
+                    ok = False
+                    if failed is None:
+                        return False
+                    if unreachable:  # a block still there is known: erased, journaled (tombstones)
+                        failed.add(t)
+                        break
+    return ok
 
 
 def _drop_stored(e: Engine, tenant: str | None, found: dict[int, list[bytes]]) -> tuple[int, int]:
@@ -104,29 +113,34 @@ def _drop_stored(e: Engine, tenant: str | None, found: dict[int, list[bytes]]) -
             if key in skip:
                 continue
             e.placement._drop(t, key, erase=True)
-            e.placement.erased.add(key)
+            e.placement.mark_erased(key, t)
             if slot.holds(key) or key in slot.owners:
                 slot.drop(key)
             queued += 1
     return queued, busy
 
 
-def _erase_stored(e: Engine, tenant: str | None, rounds: int = 3) -> tuple[int, bool]:
+def _erase_stored(e: Engine, tenant: str | None, rounds: int = 3, failed: set[int] | None = None) -> tuple[int, bool]:
     """Outside the lock: search each persistent tier's storage for the tenant's blocks (None: every
     block) by their headers (blocks another process or an earlier run wrote, which this index never
-    held), delete them, and search again until none is left. Returns (blocks deleted, verified)."""
-    deleted = 0
+    held), delete them, and search again until none is left. Returns (blocks deleted, verified).
+    A tier that cannot be searched is added to ``failed`` (where given; else the search stops);
+    the others are still searched and cleaned."""
+    deleted, missed = 0, set[int]()
     for _ in range(rounds):
         found: dict[int, list[bytes]] = {}
         for t, slot in enumerate(e.slots):
-            if slot.persistent:
+            if slot.persistent and t not in missed:
                 keys = slot.tier.stored_keys_of(None if tenant is None else tenant.encode())
                 if keys is None:  # unreachable: nothing can be claimed about it
-                    return deleted, False
-                if keys:
+                    if failed is None:
+                        return deleted, False
+                    missed.add(t)
+                    failed.add(t)
+                elif keys:
                     found[t] = keys
         if not found:
-            return deleted, True
+            return deleted, not missed
         with e.lock:
             queued, busy = _drop_stored(e, tenant, found)
             e.counters.erased += queued
@@ -155,16 +169,34 @@ def erase_tenant(e: Engine, tenant: str) -> dict[str, Any]:
             for key in slot.tenant_blocks(tenant):
                 if key in e.index:  # in use (a match holds it): marked expired, erased on release
                     continue
-                e.placement._drop(slot_pos, key)
+                e.placement._drop(slot_pos, key, erase=True)  # journaled where refused (engine/tombstones.py)
                 slot.drop(key)
                 erased.append(key)
-                e.placement.erased.add(key)
+                e.placement.mark_erased(key, slot_pos)
+        mover = e.placement.mover
+        for m in mover.leaving_of(tenant):  # uncharged, on its way out: should that delete be
+            src = m.src  # refused, the block is charged again, unmarked; an erasure's delete follows
+            if src is None or m.key in e.index or any(q.erase for q in mover.outstanding(m.key, src)):
+                continue
+            e.placement._drop(src, m.key, erase=True)  # journaled where refused (tombstones)
+            e.placement.mark_erased(m.key, src)
+            erased.append(m.key)
         e.counters.erased += len(erased)
-    verified = _verify(e, erased) and busy == 0
-    stored, clean = _erase_stored(e, tenant)
+    failed: set[int] = set()  # tiers that could not be searched
+    verified = _verify(e, erased, failed) and busy == 0
+    stored, clean = _erase_stored(e, tenant, failed=failed)
     verified = verified and clean
-    with e.lock:  # blocks a tier it could not search may still hold: never discovered until verified
-        (e.placement.unverified.discard if verified else e.placement.unverified.add)(tenant.encode())
+    tb = tenant.encode()
+    with e.lock:  # blocks a tier it could not search may still hold: never discovered there until verified
+        if failed:
+            e.placement.unverified[tb] = failed
+        else:
+            e.placement.unverified.pop(tb, None)
+    if e.journal is not None:  # and not after a restart either (engine/journal.py)
+        if failed:
+            e.journal.add((), {tb: {e.slots[t].name for t in failed}})
+        else:
+            e.journal.remove((), [tb])
     out = {"tenant": tenant, "erased_blocks": len(erased) + stored, "found_in_storage": stored, "in_use": busy,
            "verified": verified}  # fmt: skip
     audit.info(

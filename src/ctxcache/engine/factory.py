@@ -36,6 +36,7 @@ def engine_options(cfg: CacheConfig) -> EngineOptions:
         write_buffer=cfg.write_buffer,
         write_lag=cfg.write_lag,
         tenancy=load_tenancy(cfg.tenants, cfg.tenancy),
+        erasure_journal=cfg.erasure_journal,
     )
 
 

@@ -90,7 +90,7 @@ class Mover:
         self.busy = 0  # moves taken off the queue, not yet reported
         self._busy_since: float | None = None  # queued_at of the batch being written
         self._landing: list[tuple[bytes, Move]] = []  # the batch's writes that have not landed
-        self._unreported: list[Move] = []  # the batch's moves whose report has not run, in order
+        self._unreported: list[Move] = []  # the batch's moves (taken) whose report has not run, in order
         for pos, tier in enumerate(self.tiers):
             if tier.slow:
                 tier.landing = functools.partial(self._landed, pos)
@@ -103,6 +103,7 @@ class Mover:
         self.manual = manual
         self._stepping = False
         self.per_move = 0.0  # seconds a move takes the tiers, recent average (engine/write_lag.py)
+        self.journal: Any = None  # the engine's ErasureJournal, if configured (engine/tombstones.py)
 
     def submit(self, move: Move) -> None:
         """Queue a move (caller holds the lock) and charge its bytes."""
@@ -129,9 +130,11 @@ class Mover:
         rewrite: a block a refused delete left there, or one an earlier run did), reserved as the
         slot's outflow. With only the new bytes reserved (inflow) while the tier still charged the
         old, the slot counted the block twice until it landed, and room made meanwhile evicted a
-        block too many. When a move of the key is queued the charge may be on its way out (a
-        delete) or not landed yet: 0, so the block is never counted as gone (at worst twice)."""
-        return 0 if key in self.pending else self.tiers[pos].nbytes(key)
+        block too many. When a move of the key into or out of that tier is outstanding the charge
+        may be on its way out (a delete) or not landed yet: 0, so the block is never counted as
+        gone (at worst twice). A move elsewhere (the copy into a lower tier a store queued first)
+        leaves the charge here as it is: it is replaced."""
+        return 0 if self.outstanding(key, pos) else self.tiers[pos].nbytes(key)
 
     def _unlanded(self, move: Move) -> int:
         """Bytes a delete queued behind a write of its key into its tier that has not landed (the
@@ -145,7 +148,9 @@ class Mover:
             return 0
         if w.dst != src:  # a later move of the key is queued (an erasure's delete from a demotion's source)
             w = self._write_into(move.key, src)
-        if w is None or not w.reserve or w.ahead is not None or self.tiers[src].nbytes(move.key) != w.replaces:
+        # The old bytes the delete counts (the tier's; none when a move out ahead of it counts
+        # them, ``submit``) must be those the write replaces: then it adds what the write brings.
+        if w is None or not w.reserve or w.ahead is not None or move.release != w.replaces:
             return 0  # (``ahead``: a delete queued behind it already counts those bytes)
         move.behind, w.ahead = w, move
         return w.reserve - w.replaces
@@ -163,19 +168,16 @@ class Mover:
         return key in self.pending and any(m.key == key and m.src == pos and m.dst is None for m in self.queue)
 
     def queued(self, key: Hashable, pos: int) -> bool:
-        """Whether a move of ``key`` into or out of tier ``pos`` has not reported yet: queued, or
-        later in the batch being reported (on failures only: a scan of the queue). A key may have
-        write-through copies queued for several tiers, so ``pending`` (its latest move) does not
-        tell whether one concerns this tier."""
-        if key not in self.pending:
-            return False
-        return any(m.key == key and pos in (m.src, m.dst) for m in (*self._unreported, *self.queue))
+        return bool(self.outstanding(key, pos))
 
-    def _queued_delete(self, m: Move) -> Move | None:
-        """A delete of ``m``'s key from its source queued behind it while it was outstanding."""
-        if m.key not in self.pending:
-            return None
-        return next((d for d in self.queue if d.key == m.key and d.src == m.src and d.dst is None), None)
+    def outstanding(self, key: Hashable, pos: int) -> list[Move]:
+        """The moves of ``key`` into or out of tier ``pos`` that have not reported yet: queued, in
+        the batch being written, or later in the batch being reported (on failures only: a scan
+        of the queue). A key may have write-through copies queued for several tiers, so
+        ``pending`` (its latest move) does not tell whether one concerns this tier."""
+        if key not in self.pending:
+            return []
+        return [m for m in (*self._unreported, *self.queue) if m.key == key and pos in (m.src, m.dst)]
 
     def hand_on(self, m: Move) -> bool:
         """``m``'s delete was refused (``m.kept`` bytes still stored): the first move of the key into
@@ -185,18 +187,18 @@ class Mover:
         and serves: ``Placement._moved``). Else the tier forgot a stored block: a delete sent then
         left ``Slot.used`` a block low, a failed rewrite an orphan. True if one took them."""
         src = m.src
-        if src is None or not m.kept or m.key in self.tiers[src] or m.key not in self.pending:
-            return False
-        nxt = next((q for q in self.queue if q.key == m.key and src in (q.src, q.dst)), None)
-        if nxt is None or (nxt.dst == src and nxt.replaces) or (nxt.src == src and nxt.dst is not None):
+        nxt = _moves.behind(self, m) if m.kept and src is not None and m.key not in self.tiers[src] else None
+        if nxt is None or src is None or m.kept is None:
             return False
         self.tiers[src].adopt(m.key, m.kept)
         self.slots[src].reserve(0, m.kept)
-        if nxt.dst == src:
-            nxt.replaces = m.kept
-        else:
-            nxt.release += m.kept
+        _moves.take_over(nxt, src, m.kept)
         return True
+
+    def leaving_of(self, owner: str) -> list[Move]:
+        """Moves out of a tier (deletes, demotions) of blocks charged there to ``owner``, not reported
+        yet: a tenant's erasure follows them (one refused keeps the block, charged again)."""
+        return [m for m in (*self._unreported, *self.queue) if m.delete_src and m.src is not None and m.owner == owner]
 
     def leaving(self, key: Hashable, pos: int) -> bool:
         """Whether a move of ``key`` out of tier ``pos`` (a demotion, a delete) has not reported yet."""
@@ -268,6 +270,7 @@ class Mover:
             batch.append(self.queue.popleft())
         self.busy += len(batch)
         self._busy_since = head.queued_at
+        self._unreported = list(batch)  # until each reports (``outstanding``)
         return batch
 
     def _run_batch(self, batch: list[Move]) -> None:
@@ -280,7 +283,6 @@ class Mover:
         per = (time.monotonic() - t0) / len(batch)
         with self.lock:
             self.per_move = per if not self.per_move else 0.8 * self.per_move + 0.2 * per
-            self._unreported = list(batch)
             for m in batch:
                 self._unreported.pop(0)
                 self._finish(m)
@@ -304,10 +306,10 @@ class Mover:
                 nxt.release += m.replaces - m.reserve
                 nxt.behind = None
         if m.src is not None:
-            d = self._queued_delete(m) if m.release and m.delete_src and not m.ok else None
-            if d is not None:  # it never left (its write failed): the delete queued behind, which
-                d.release += m.release  # reserved nothing for it (``submit``), frees its bytes now
-            else:
+            nxt = _moves.behind(self, m) if m.release and m.delete_src and not m.ok else None
+            if nxt is not None:  # it never left (its write failed): the move queued behind, which
+                _moves.take_over(nxt, m.src, m.release)  # reserved nothing for it (``submit``,
+            else:  # ``_held``), counts its bytes now: a delete frees them, a rewrite replaces them
                 self.slots[m.src].reserve(0, -m.release)
             self._leaving[m.key, m.src] -= m.delete_src
             if not self._leaving[m.key, m.src]:
@@ -354,7 +356,7 @@ class Mover:
             gone = [m for m in batch if m.ok]
             if gone:
                 sizes = self._settle_release(self.slots[head.src], gone)
-                tombstones.delete(self.tiers[head.src], gone, sizes)
+                tombstones.delete(self, self.tiers[head.src], gone, sizes)
 
     def _settle_release(self, src: Slot, gone: list[Move]) -> list[int]:
         """Under the lock, before the deletes are sent: settle their outflow and have the tier stop

@@ -1,5 +1,6 @@
-"""A mover's reads of a block's bytes, lock released (engine/mover.py). ``m`` is a ``mover.Move``
-(typed loosely here: mover.py imports this module)."""
+"""A mover's reads of a block's bytes, lock released, and its hand-overs of reserved bytes between
+moves of one key, under the lock (engine/mover.py). ``m`` is a ``mover.Move`` (typed loosely here:
+mover.py imports this module)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,26 @@ def blob_for(m: Any, dst: Tier, src: Tier | None) -> bytes | None:
     if block is None:
         return None
     return dst.codec.encode(block.payload, key_bytes(m.key), block.tokens, block.parent, block.depth, block.tenant)
+
+
+def behind(mover: Any, m: Any) -> Any:
+    """Under the lock: the first move of ``m``'s key into or out of its source queued behind it,
+    if it is one that can take over bytes ``m`` counted there (``take_over``): a delete (its
+    ``release``) or a write with no old bytes reserved (its ``replaces``); not a move out of
+    there to another tier. None else."""
+    src = m.src
+    if src is None or m.key not in mover.pending:
+        return None
+    nxt = next((q for q in mover.queue if q.key == m.key and src in (q.src, q.dst)), None)
+    if nxt is None or (nxt.dst == src and nxt.replaces) or (nxt.src == src and nxt.dst is not None):
+        return None
+    return nxt
+
+
+def take_over(nxt: Any, src: int, nbytes: int) -> None:
+    """``nxt`` (from ``behind``) counts ``nbytes`` of tier ``src`` that an earlier move counted: a
+    delete frees them when sent, a rewrite replaces them as it lands (or, failing, leaves them)."""
+    if nxt.dst == src:
+        nxt.replaces = nbytes
+    else:
+        nxt.release += nbytes

@@ -27,6 +27,8 @@ class EngineOptions(TypedDict, total=False):
     write_lag: seconds a write-through copy may wait in the mover's queue before stores wait for
         it (what a SIGKILL can lose at most; 0: never wait) [1.0].
     tenancy: the configured tenants (None: one implicit tenant per namespace name) [None].
+    erasure_journal: a local file recording erasures not verifiably landed, replayed at start
+        (engine/journal.py): the erasure wins a restart even when a tier refused its tombstone [None].
     """
 
     block_size: int
@@ -38,6 +40,7 @@ class EngineOptions(TypedDict, total=False):
     write_buffer: int
     write_lag: float
     tenancy: Tenancy | None
+    erasure_journal: str | None
 
 
 def check_options(options: Mapping[str, object]) -> None:

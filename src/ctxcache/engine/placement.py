@@ -60,10 +60,12 @@ class Placement:
         self.all_memory = not any(t.slow or t.persistent for t in self.tiers)
         self._can = [self._can_evict(t) for t in range(len(self.slots))]
         self.fairness: Fairness | None = None  # set by the engine when tenants are configured
-        # Keys erased (tenant erasure, TTL, flush) whose delete from some slow tier has not landed:
-        # never discovered there again (a refused delete kept the block). Not kept over a restart.
-        self.erased: set[Hashable] = set()
-        self.unverified: set[bytes] = set()  # tenants whose last erasure could not search every tier
+        # Keys erased (tenant erasure, TTL, flush) -> the slow tiers whose delete of it has not
+        # landed (a refused delete kept the erased blob there): never discovered there, and no
+        # copy of a block stored anew (``copy_at``) until it lands or a new write overwrites it.
+        # Over a restart: the tombstone journals (engine/tombstones.py, engine/journal.py).
+        self.erased: dict[Hashable, set[int]] = {}
+        self.unverified: dict[bytes, set[int]] = {}  # tenant -> tiers its last erasure could not search
 
     def _can_evict(self, t: int) -> Callable[[Any], bool]:
         if self.all_memory:  # no copies, orphans or moves in flight: the index decides alone
@@ -106,22 +108,6 @@ class Placement:
             excess = slot.over_high()
             if excess:
                 self.make_room(t, excess)
-
-    def trim(self, t: int) -> None:
-        """Start-up: bring persistent tier ``t`` within each tenant's quota, then its capacity.
-
-        A restart may find more than they allow (a lowered quota, files of a larger setup). The
-        excess leaves now, by the road a store's excess takes (the policy picks, oldest first as
-        learned at start; a lower tier takes what it has room for; the rest is evicted, counted
-        as quota evictions), not at the tenant's next write here: a tenant that only reads would
-        hold more than its quota, which is a promise to the other tenants, for as long as it ran."""
-        slot = self.slots[t]
-        for tenant, quota in slot.quotas.items():
-            over = slot.tenant_used(tenant) - quota
-            if over > 0:
-                self.make_room(t, over, only=tenant)
-        if slot.used() > slot.capacity:
-            self.make_room(t, slot.used() - slot.capacity)
 
     # --- leaving a tier ------------------------------------------------------------------------------
     def make_room(self, t: int, nbytes: int, only: str | None = None) -> bool:
@@ -179,34 +165,14 @@ class Placement:
             self.c.quota_evictions += quota
             self.prune(node.parent)
             return True
-        if node is None and t < self.last and self._demote(t, key, None):
+        erased = t in self.erased.get(key, ())  # an erased blob a refused delete kept: deleted, never moved on
+        if node is None and t < self.last and not erased and self._demote(t, key, None):
             return True  # an orphan: written back like any block
         self._drop(t, key)  # a copy, or an orphan with nowhere to go
         if node is None:  # the orphan leaves the cache (a copy's block stays in a faster tier)
             self.c.evictions += 1
             self.c.quota_evictions += quota
         return True
-
-    def spill(self, t: int) -> int:
-        """Shutdown: demote the unpinned blocks of RAM tier ``t`` one tier down (never evict them).
-
-        Returns how many moved; it stops early when the write buffer is full, so the caller
-        waits for the mover and calls again until nothing moves.
-        """
-        tier = self.tiers[t]
-        moved = 0
-        for key in list(tier.keys()):
-            node = self.index.get(key)
-            if node is None or node.tier != t or node.pins or key in self.mover.pending:
-                continue
-            try:
-                if not self._demote(t, key, node):
-                    break
-            except PayloadError:  # a hot payload the slow tier's codec cannot encode: it stays
-                continue
-            self.slots[t].drop(key)
-            moved += 1
-        return moved
 
     def _drop(self, t: int, key: Hashable, erase: bool = False) -> None:
         """Delete ``key`` from tier ``t``; call it while the slot still charges the key's owner.
@@ -225,7 +191,7 @@ class Placement:
         src, dst = self.tiers[t], self.tiers[d]
         if not dst.healthy:
             return False
-        if self.slots[d].holds(key):  # a clean copy is already there: nothing to write
+        if self.copy_at(d, key):  # a clean copy is already there: nothing to write
             self._drop(t, key)
         else:
             payload: Any = None
@@ -242,6 +208,8 @@ class Placement:
             if (payload is None and blob is None and not src.slow) or not self.room(d, size, owner):
                 return False
             meta = meta_of(node) if node is not None else NO_META
+            if self.slots[d].owner(key) is not None:  # an erased blob kept there: rewritten, charged
+                self.slots[d].drop(key)  # again (below) to this block's owner at its new size
             if dst.slow:
                 held = 0 if src.slow else size
                 if held and self.mover.buffered + held > self.write_buffer:
@@ -264,6 +232,27 @@ class Placement:
             node.tier = d
         self.c.demotions += 1
         return True
+
+    def copy_at(self, t: int, key: Hashable) -> bool:
+        """Whether tier ``t`` holds a clean copy of the indexed block ``key``: not an erased blob a
+        refused delete kept there (``erased``), which a block stored anew under the key was
+        demoted onto (nothing written) and then served from, with the erased payload. A write
+        of the key queued there since (a store's write-through copy) is the new block's."""
+        if not self.slots[t].holds(key):
+            return False
+        return t not in self.erased.get(key, ()) or any(m.dst == t for m in self.mover.outstanding(key, t))
+
+    def mark_erased(self, key: Hashable, t: int) -> None:
+        self.erased.setdefault(key, set()).add(t)
+
+    def unmark_erased(self, key: Hashable, t: int) -> None:
+        """Tier ``t`` no longer keeps an erased blob of ``key``: its delete landed, or a new write of
+        the key landed over it with no delete queued behind (an erasure of the new block)."""
+        ts = self.erased.get(key)
+        if ts is not None and t in ts and not self.mover.deleting(key, t):
+            ts.discard(t)
+            if not ts:
+                del self.erased[key]
 
     # --- entering a tier -----------------------------------------------------------------------------
     def place(self, t: int, node: Node, payload: Any, size: int, blob: bytes | None = None) -> None:
@@ -305,8 +294,8 @@ class Placement:
     # --- losses --------------------------------------------------------------------------------------
     def lose(self, node: Node, t: int) -> None:
         """A load of ``node`` from tier ``t`` failed (missing, corrupt, unreachable)."""
-        if node.tier != t or node.key in self.mover.pending:
-            return  # already handled, or in flight (the mover reports the outcome)
+        if node.tier != t or self.mover.queued(node.key, t):
+            return  # already handled, or in flight there (the mover reports the outcome)
         self.slots[t].drop(node.key)
         self.tiers[t].forget(node.key)
         node.tier = LOST
@@ -328,12 +317,13 @@ class Placement:
         """The mover's report, under the lock. Only failed writes and deletes need anything done."""
         if m.src is not None and m.delete_src and m.ok:  # a delete was sent: the tier's breaker learns how it went
             self.slots[m.src].deleted(refused=m.kept is not None)
-            gone = m.kept is None and m.key not in self.mover.pending and not any(m.key in t for t in self.tiers)
-            if gone and m.key in self.erased:
-                self.erased.discard(m.key)  # gone from every tier
+            if m.kept is None:
+                self.unmark_erased(m.key, m.src)  # the erased blob left that tier
         # A delete that failed and left the block resident: tried first next time; failed again: see _refused_again.
         if m.src is not None and self.slots[m.src].settled(m.key, refused=m.kept is not None and self._kept(m)):
             self._refused_again(m.src, m.key, m.kept or 0)
+        if m.dst is not None and m.ok:
+            self.unmark_erased(m.key, m.dst)  # a new blob written over an erased one
         if m.dst is None or m.ok:
             return
         self.c.write_errors += not m.gone  # gone: its source had lost it (corrupt), no write was tried
@@ -360,7 +350,10 @@ class Placement:
             # A promotion (no src) keeps its slow source's copy: served from there again, not lost;
             # so does a store whose write-through copy below is still queued (served from the queue).
             below = [t for t in range(m.dst + 1, len(self.slots)) if self.slots[t].holds(m.key)]
-            kept = below and (m.key in self.tiers[below[0]] or self.mover.queued(m.key, below[0]))
+            kept = below and (  # stored there, and not an erased blob; or still queued there
+                (m.key in self.tiers[below[0]] and below[0] not in self.erased.get(m.key, ()))
+                or self.mover.queued(m.key, below[0])
+            )
             node.tier = below[0] if kept else LOST
             if node.tier == LOST:
                 self.c.lost += 1

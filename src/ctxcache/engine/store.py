@@ -19,6 +19,7 @@ from ..index import Node
 from ..keys import Prompt
 from ..usage import Usage
 from . import write_lag
+from .erasure import ERASED_IN_USE
 from .placement import LOST
 from .tenancy import PinnedQuotaError
 from .through import copy_down
@@ -143,6 +144,11 @@ def _place(
             if node is not None and node.tokens != tokens:
                 c.collisions += 1
                 break
+            if node is not None and e.expiry.deadline.get(node.key) == ERASED_IN_USE:
+                # Erased while a request held it (it goes once released): kept "as cached" and
+                # refreshed, the erased payload was served again. Nothing is stored from here.
+                c.rejected += n - i
+                break
             if node is None or node.tier == LOST:
                 size = sizes[i - first_block]
                 if not e.placement.room(0, size, ns.tenant):
@@ -151,8 +157,8 @@ def _place(
                 if node is not None and index.get(keys[i]) is not node:
                     node = None  # a lost block the room-making pruned (its child evicted): insert it anew
                 if node is None:
+                    # (an erased blob of the key a tier keeps stays marked there: ``Placement.erased``)
                     node = index.insert(keys[i], parent, tokens, i, tag=ns.tenant)
-                    e.placement.erased.discard(node.key)  # stored anew: any kept old blob is overwritten
                 else:
                     c.repaired += 1
                 e.placement.place(0, node, payloads[i - first_block], size, blobs[i - first_block])

@@ -54,7 +54,7 @@ def copy_down(
         same = top is not None and tier.codec is not None and top.same_format(tier.codec)
         queued: list[tuple[Node, int]] = []
         for node in nodes:
-            if slot.holds(node.key):
+            if pl.copy_at(d, node.key):
                 continue  # a copy is there already (a repaired block's, found in storage)
             j = node.depth - first_block
             blob = blobs[j] if same else None
@@ -63,6 +63,8 @@ def copy_down(
             if size is None:
                 pl.c.through_dropped += 1
                 continue
+            if slot.owner(node.key) is not None:  # an erased blob kept there: rewritten, charged anew
+                slot.drop(node.key)
             pl.mover.submit(Move(node.key, None, d, meta_of(node), payload, blob, size, 0, size, through=True))
             slot.charge(node.key, tenant, size)  # at once: the next copy's room sees it in the quota
             queued.append((node, size))

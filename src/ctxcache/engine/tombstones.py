@@ -10,28 +10,50 @@ and every block erased or expired while pinned (a held match the sweep had to wa
 a tombstone goes when a delete of its key lands there. At start (``restore``) a tier's tombstoned
 blocks are not adopted: they are marked erased (never discovered) and their deletes queued again.
 
-What it cannot do: a journal write the tier refuses too (down through the close) is lost, and so
-is a journal the next run cannot read; such a block may then be served again (docs/storage.md).
-Bounded by ``MAX_TOMBSTONES`` per tier (tiers/blob.py); a tenant erased while a tier could not be
-searched (``Placement.unverified``) is not journaled.
+The rule that makes an erasure win a restart: a tier's tombstones, and the keys the engine's own
+erasure journal (engine/journal.py, a local file, when configured: written with every refused
+erasure delete and at close) names for that tier, are not adopted there at start; so are the blocks a tier
+found of a tenant the journal names unverified in that tier (an erasure of it could not search
+there). None of them is adopted or discovered before its delete lands. A tombstone whose key is
+erased nowhere at close (its blob deleted, or overwritten by a block stored anew) goes.
+Without a journal, a tombstone write the tier refuses too (down through the close) is lost, and
+so is a journal the next run cannot read; such a block may then be served again (docs/storage.md).
+Bounded by ``MAX_TOMBSTONES`` per tier (tiers/blob.py) and ``journal.MAX_ENTRIES``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import DeleteFailedError
 from ..tiers import Tier
+from ..tiers.base import key_bytes
+from .moves import vanished
 
 if TYPE_CHECKING:
     from .core import Engine
-    from .mover import Move
+    from .mover import Move, Mover
 
 
-def dead_keys(tier: Tier) -> set[bytes]:
-    """At start, before the tier's blocks are adopted: its tombstones (none for other tiers)."""
-    return tier.tombstones() if tier.persistent else set()
+def dead_keys(e: Engine) -> dict[int, set[bytes]]:
+    """At start, before the tiers' blocks are adopted: per persistent tier, the keys it must not
+    adopt and deletes again (``restore``): its tombstones and the erasure journal's keys naming it
+    (a tier that refused its own tombstone has it in the engine's journal), and the blocks a tier found of a tenant the journal names unverified (an erasure of it
+    could not search every tier: they may be what it missed). Those tenants are unverified again."""
+    pl, journal = e.placement, e.journal
+    if journal is not None:
+        for tenant, names in journal.tenants.items():
+            pl.unverified.setdefault(tenant, set()).update(t for t in pl.persistent if e.slots[t].name in names)
+    out = {}
+    for t in pl.persistent:
+        tier, name = e.tiers[t], e.slots[t].name
+        found = tier.tombstones()
+        if journal is not None:
+            found |= {k for k, names in journal.keys.items() if name in names}
+        missed = {key_bytes(k) for k in tier.keys() if t in pl.unverified.get(tier.tenant_of(k), ())}  # noqa: SIM118
+        out[t] = found | missed
+    return out
 
 
 def restore(e: Engine, dead: dict[int, set[bytes]]) -> None:
@@ -40,14 +62,14 @@ def restore(e: Engine, dead: dict[int, set[bytes]]) -> None:
     pl = e.placement
     for t, keys in dead.items():
         for kb in sorted(keys):
-            pl.erased.add(kb)
+            pl.mark_erased(kb, t)
             pl._drop(t, kb, erase=True)
 
 
-def delete(tier: Tier, gone: Sequence[Move], sizes: list[int]) -> None:
+def delete(mover: Mover, tier: Tier, gone: Sequence[Move], sizes: list[int]) -> None:
     """The mover, outside the lock: delete ``gone`` from ``tier``, then journal what was refused."""
     _send(tier, gone, sizes)
-    settle(tier, gone)
+    settle(mover, tier, gone)
 
 
 def _send(tier: Tier, gone: Sequence[Move], sizes: list[int]) -> None:
@@ -56,7 +78,10 @@ def _send(tier: Tier, gone: Sequence[Move], sizes: list[int]) -> None:
     A tier that names the deletes that failed (DeleteFailedError: a Redis Cluster with one
     master down) is taken at its word: only those are kept, the rest landed. When the call
     raises anything else, each key is tried once more on its own: the call may have stopped at
-    its first failure, and deleting again what it did delete is a no-op."""
+    its first failure, and deleting again what it did delete is a no-op. A retry that raises
+    too is asked whether the block is still there (a read that tells gone from out of reach):
+    the batch call may have deleted it before it failed, and a block charged as kept then was
+    charged with nothing stored (a flaky disk refusing the second unlink of a file gone)."""
     try:
         tier.delete_many([m.key for m in gone])
         return
@@ -72,28 +97,55 @@ def _send(tier: Tier, gone: Sequence[Move], sizes: list[int]) -> None:
         try:
             tier.delete(m.key)
         except Exception:  # noqa: BLE001 - still in storage: placement charges it again
-            m.kept = size
+            m.kept = None if vanished(m, tier) else size
 
 
-def settle(tier: Tier, gone: Sequence[Move]) -> None:
-    """Outside the lock, after the mover sent deletes from ``tier``: journal the erasures it refused,
-    forget the tombstones of those that landed."""
+def settle(mover: Mover, tier: Tier, gone: Sequence[Move]) -> None:
+    """Outside the lock, after the mover sent deletes from ``tier``: journal the erasures it refused
+    (in the tier, and in the engine's journal: the tier may refuse that write too), forget the
+    tombstones of those that landed; the engine's journal forgets a key once no tier holds it and
+    no later move of it is queued."""
     if not tier.persistent:
         return
+    journal = mover.journal
     refused = [m.key for m in gone if m.kept is not None and m.erase]
     if refused:
         tier.bury(refused)
+        if journal is not None:
+            journal.add((k, tier.name) for k in refused)
     tier.unbury(m.key for m in gone if m.kept is None)
+    if journal is not None and journal.keys:
+        journal.remove((m.key, tier.name) for m in gone if m.kept is None)
 
 
 def persist(e: Engine) -> None:
     """At close, the mover stopped: every erased key a persistent tier still holds is journaled, and
     every block erased or expired while a request held it (its deadline passed, the sweep could not
-    take it: still pinned at close, it would be adopted by the next run and served)."""
+    take it: still pinned at close, it would be adopted by the next run and served). A tombstone
+    whose key is erased nowhere any more (its blob deleted, or written over by a block stored anew
+    since: ``Placement.unmark_erased``) goes: kept, the next run would delete that new block."""
     now = e.clock()
-    due = [k for k, d in e.expiry.deadline.items() if d <= now]
+    erased = e.placement.erased
+    due = {k for k, d in e.expiry.deadline.items() if d <= now}
+    keep: list[tuple[Hashable, str]] = []  # (key, tier name): an erased blob that tier may keep
     for t in e.placement.persistent:
-        tier = e.tiers[t]
-        keys = [k for k in (*e.placement.erased, *due) if k in tier]
+        tier, name = e.tiers[t], e.slots[t].name
+        marked = [k for k, ts in erased.items() if t in ts]
+        keys = [k for k in (*marked, *due) if k in tier]
         if keys:
             tier.bury(keys)
+        keep += [(k, name) for k in {*marked, *keys}]
+        live = {key_bytes(k) for k in (*marked, *due)}
+        stale = [k for k in tier.buried() if k not in live]
+        if stale:
+            tier.unbury(stale)
+    journal = e.journal
+    if journal is not None:  # also a journal write that failed earlier gets another chance
+        journal.add(keep, unverified_names(e))
+        wanted = {(key_bytes(k), n) for k, n in keep}
+        journal.remove([(k, n) for k, names in list(journal.keys.items()) for n in names if (k, n) not in wanted])
+
+
+def unverified_names(e: Engine) -> dict[bytes, set[str]]:
+    """``Placement.unverified`` with tier names (the journal outlives the tiers' order)."""
+    return {tenant: {e.slots[t].name for t in ts} for tenant, ts in e.placement.unverified.items() if ts}

@@ -220,6 +220,10 @@ class Tier(ABC):
         """Keys of erased blocks a refused delete kept, persisted by an earlier run (BlobTier)."""
         return set()
 
+    def buried(self) -> set[bytes]:
+        """The tombstones kept now (BlobTier)."""
+        return set()
+
     def bury(self, keys: Iterable[Hashable]) -> bool:
         """Persist tombstones for ``keys`` (BlobTier); True when kept."""
         return True

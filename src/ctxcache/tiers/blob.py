@@ -108,6 +108,10 @@ class BlobTier(Tier):
                 )
             return set(self._dead)
 
+    def buried(self) -> set[bytes]:
+        with self._dead_lock:
+            return set(self._dead)
+
     def bury(self, keys: Iterable[Hashable]) -> bool:
         """Persist tombstones for ``keys``; False if storage refused (the caller tries again later)."""
         with self._dead_lock:
