@@ -11,13 +11,13 @@ even; the fleet simulation's goal is max/min <= 1.5, which needs every worker to
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import Counter, Gauge
 
+from ..server.pages import page
 from .proxy import Router
 
 
@@ -78,8 +78,7 @@ def fleet_data(router: Router) -> dict[str, Any]:
 def add_dashboard(app: FastAPI, router: Router) -> None:
     @app.get("/dashboard", include_in_schema=False)
     async def dashboard() -> HTMLResponse:
-        page = resources.files("ctxcache.router").joinpath("static/fleet.html").read_text(encoding="utf-8")
-        return HTMLResponse(page, headers={"Cache-Control": "no-store"})
+        return HTMLResponse(page("ctxcache.router", "fleet.html"), headers={"Cache-Control": "no-store"})
 
     @app.get("/dashboard/data", include_in_schema=False)
     async def dashboard_data() -> JSONResponse:

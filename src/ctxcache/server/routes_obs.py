@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from importlib import resources
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -14,6 +13,7 @@ from ..observability.exporter import evictions_by_reason
 from ..observability.health import readiness
 from ..observability.service import Observability
 from .deps import given_key
+from .pages import page
 from .routes_admin import admin_digests, check_admin
 
 router = APIRouter(tags=["ops"])
@@ -57,8 +57,7 @@ async def readyz(request: Request) -> JSONResponse:
 @router.get("/dashboard", response_class=HTMLResponse)
 async def dashboard() -> HTMLResponse:
     """The live dashboard (a static page polling /dashboard/data)."""
-    page = resources.files("ctxcache.server").joinpath("static/dashboard.html").read_text(encoding="utf-8")
-    return HTMLResponse(page, headers={"Cache-Control": "no-store"})
+    return HTMLResponse(page("ctxcache.server", "dashboard.html"), headers={"Cache-Control": "no-store"})
 
 
 def _tiers(s: dict[str, Any]) -> list[dict[str, Any]]:
