@@ -52,7 +52,7 @@ chromium:
 # worker that does not exit is ended 120 s after its last result (tests/conftest.py), and the whole
 # run is bounded at 30 minutes (~7 on two idle cores).
 PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
-test: lint redis-server chromium
+test: install redis-server chromium
 	timeout -k 30 1800 $(BIN)/pytest -n $(PYTEST_WORKERS) --durations=15
 
 # The deterministic simulation of the engine (docs/testing.md): SEED=n replays seed n exactly and,
