@@ -90,7 +90,12 @@ class Consumer:
 
     def lag_s(self) -> float:
         """Publish-to-apply delay of the latest batch, the largest over workers (wall clocks)."""
-        return max((f.lag for f in self.followed.values()), default=0.0)
+        return max((f.lag for f in self._follows()), default=0.0)
+
+    def _follows(self) -> list[_Followed]:
+        # Read by the metrics thread while this consumer's thread adds and forgets workers: list()
+        # copies in one step under the GIL, a generator over the live dict could see it resize.
+        return list(self.followed.values())
 
     # --- one round -----------------------------------------------------------------------------------
     def poll(self) -> int:
@@ -281,5 +286,5 @@ class Consumer:
             "workers": len(self.followed), "applied": self.applied, "replays": self.replays,
             "snapshots": self.snapshots, "gaps": self.gaps, "epochs": self.epochs, "silent": self.silent,
             "bad_entries": self.bad_entries, "errors": self.errors, "lag_s": self.lag_s(),
-            "blocks": sum(f.view.blocks() for f in self.followed.values()),
+            "blocks": sum(f.view.blocks() for f in self._follows()),
         }  # fmt: skip

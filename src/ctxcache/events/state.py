@@ -48,7 +48,7 @@ class WorkerView:
                 tiers = self.tiers
 
     def blocks(self) -> int:
-        return sum(len(s) for s in self.tiers.values())
+        return sum(len(s) for s in list(self.tiers.values()))  # list(): read from other threads
 
     def store_of(self, tier: str) -> str | None:
         """The shared store behind ``tier`` (WorkerStarted.stores), None if it is not shared."""
