@@ -212,9 +212,15 @@ class Sim:
         tokens = self.setup.prompts[prompt]
         m = self._lookup_into(tenant, prompt)
         try:
+            unknown = self.model.unknown_ttls(tenant, prompt)
             payloads = self.model.stored(tenant, prompt, m.n_blocks, len(tokens) // BLOCK, version, self.now)
             self.e.store(tokens, payloads, tenant, m.n_blocks)
             self.model.count("stores")
+            # A block whose TTL a restart made unknown is known again only if the store reached it
+            # (it stops at the first block it cannot place): else storage keeps the old blob, which
+            # discovery may serve later with a TTL from then (seed 200340)
+            keys, dl = self.e.prompt(tokens, tenant).keys(), self.e.expiry.deadline
+            self.model.still_unknown(tenant, prompt, [i for i in unknown if dl.get(keys[i]) is None])
         finally:
             self.e.release(m)
 
