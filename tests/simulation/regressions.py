@@ -237,6 +237,15 @@ FIXED: dict[str, tuple[int, list[Action]]] = {
         ("step", 2, 601667364, [("store", "c", 1, 1)]), ("restart",), ("store", "b", 2, 0), ("down", 1, True),
         ("erase", "c"), ("lookup", "c", 1, False),
     ]),
+    # a tenant erased while its disk (a slow top tier) refused deletes: the erased blob stayed there,
+    # marked erased; the same block stored anew was queued as a rewrite over it, and the write was
+    # refused: the failed rewrite took the old blob for "valid as before" and kept the block indexed
+    # there, served with the erased payload. Found by the 5-minute run from 200000. Now an erased
+    # blob a failed write leaves stays charged (marked erased) but never serves
+    "failed_rewrite_over_erased_blob": (200129, [
+        ("store", "b", 4, 0), ("step", 1, 326233182, []), ("faults", 0, 1.0, 1.0), ("erase", "b"),
+        ("step", 2, 169013756, [("store", "b", 6, 2)]), ("step", 2, 403461548, []), ("store", "b", 6, 2),
+    ]),
 }  # fmt: skip
 
 # Model gaps: runs the harness failed although the engine was right; each fails on the harness
