@@ -179,6 +179,11 @@ class Sim:
         (the engine deletes those: it cannot tell them from blocks that erasure missed)."""
         if not isinstance(tier, (SimDisk, SimRedis)):
             return True  # RAM holds what the engine stored there; erasure deletes it at once
+        if pos in self.e.placement.erased.get(kb, ()):
+            # An erased or expired blob a refused delete kept (the sweep at a close, seed 200214):
+            # no copy. Its payload may equal one stored since (the same version stored again), so
+            # the model cannot tell it from a fresh blob by its bytes: the engine's mark decides
+            return False
         blob = tier.stored().get(kb)
         try:
             block = tier._codec.decode(blob, kb) if blob is not None else None
@@ -212,9 +217,15 @@ class Sim:
         tokens = self.setup.prompts[prompt]
         m = self._lookup_into(tenant, prompt)
         try:
+            unknown = self.model.unknown_ttls(tenant, prompt)
             payloads = self.model.stored(tenant, prompt, m.n_blocks, len(tokens) // BLOCK, version, self.now)
             self.e.store(tokens, payloads, tenant, m.n_blocks)
             self.model.count("stores")
+            # A block whose TTL a restart made unknown is known again only if the store reached it
+            # (it stops at the first block it cannot place): else storage keeps the old blob, which
+            # discovery may serve later with a TTL from then (seed 200340)
+            keys, dl = self.e.prompt(tokens, tenant).keys(), self.e.expiry.deadline
+            self.model.still_unknown(tenant, prompt, [i for i in unknown if dl.get(keys[i]) is None])
         finally:
             self.e.release(m)
 

@@ -5,7 +5,9 @@ What may be served: for each (tenant, chain of token blocks), the payloads store
 the tenant was last erased; a block whose TTL has surely run out (its last store or hit plus the
 tenant's TTL is past) may not be. The model touches a block at every store of a prompt holding
 it, which the engine does not always (a store stopped early), so the model's deadline is never
-earlier than the engine's: a block it calls expired is expired.
+earlier than the engine's: a block it calls expired is expired. The exception is a block whose
+TTL a restart made unknown (None): a store makes it known only where the engine placed or kept
+the block (gave it a deadline); one the store stopped before stays unknown (``still_unknown``).
 """
 
 from __future__ import annotations
@@ -58,6 +60,16 @@ class Model:
                 out.append(p)
             self.touched[key] = now
         return out
+
+    def unknown_ttls(self, tenant: str, prompt: int) -> list[int]:
+        """Blocks of the prompt whose TTL the engine no longer knows (live at a restart)."""
+        n = len(self.setup.prompts[prompt]) // BLOCK
+        return [i for i in range(n) if (tenant, self.chain(prompt, i)) in self.touched
+                and self.touched[(tenant, self.chain(prompt, i))] is None]  # fmt: skip
+
+    def still_unknown(self, tenant: str, prompt: int, blocks: list[int]) -> None:
+        for i in blocks:
+            self.touched[(tenant, self.chain(prompt, i))] = None
 
     def served(self, tenant: str, prompt: int, payloads: list[Any], now: float) -> None:
         """A hit of ``payloads`` (blocks 0..) for the prompt: each exactly one stored, none expired."""

@@ -12,7 +12,7 @@ import pytest
 
 from .__main__ import ACTIONS, BOUNDED
 from .harness import Failure, run_seed
-from .regressions import FIXED
+from .regressions import FIXED, MODEL_GAPS
 
 # seed -> the open finding it shows (docs/testing.md, "Open findings"), by the violation it ends on
 OPEN: dict[int, str] = {}
@@ -35,4 +35,10 @@ def test_seed(seed: int) -> None:
 @pytest.mark.parametrize("name", sorted(FIXED))
 def test_fixed_bug_stays_fixed(name: str) -> None:
     seed, actions = FIXED[name]
+    run_seed(seed, ACTIONS, actions=actions)
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_GAPS))
+def test_model_gap_stays_closed(name: str) -> None:
+    seed, actions = MODEL_GAPS[name]
     run_seed(seed, ACTIONS, actions=actions)

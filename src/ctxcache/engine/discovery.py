@@ -67,10 +67,13 @@ def discover(
             ask = [j for j in range(limit) if got[j] is None and maybe[t][j]]
             if not ask:
                 continue
-            for j, block in zip(ask, pl.tiers[t].load_many([ks[j] for j in ask], [toks[j] for j in ask])):
+            away: set[int] = set()  # out of reach (a Cluster master down): no miss for ``vanished``
+            for i, (j, block) in enumerate(
+                zip(ask, pl.tiers[t].load_many([ks[j] for j in ask], [toks[j] for j in ask], away))
+            ):
                 if block is not None:
                     got[j] = (t, block)
-                elif missed is not None:
+                elif missed is not None and i not in away:
                     missed.append((t, ks[j]))
         run = next((j for j, g in enumerate(got) if g is None), limit)
         out.extend(g for g in got[:run] if g is not None)

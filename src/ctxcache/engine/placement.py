@@ -337,9 +337,11 @@ class Placement:
             dst.drop(m.key)
             # A blob of the key the tier still charges is still stored: a rewrite's old one (a
             # failed write changes nothing there), valid as before: charged at its size, it serves.
-            stays = m.key in dst.tier
-            if stays:
+            # Not an erased blob a refused delete kept there (the write was the block stored anew
+            # over it): charged, still marked erased, it must never serve (seed 200129).
+            if m.key in dst.tier:
                 dst.admit(m.key, tenant=owner)
+                stays = m.dst not in self.erased.get(m.key, ())
         src = self.slots[m.src] if m.src is not None else None
         if src is not None and src.slow and m.key in src.tier:  # still where it was: it stays there
             if not self.mover.deleting(m.key, src.pos):  # until a delete queued from there (an erasure's)
