@@ -110,9 +110,9 @@ def _drop_stored(e: Engine, tenant: str | None, found: dict[int, list[bytes]]) -
     for t, keys in found.items():
         slot = e.slots[t]
         for key in keys:
-            if key in skip:
-                continue
-            e.placement._drop(t, key, erase=True)
+            if key in skip and (slot.holds(key) or key in slot.owners):
+                continue  # the copy the holder reads: deleted on release. An orphan copy no slot
+            e.placement._drop(t, key, erase=True)  # charges (seed 200252) goes now: the sweep never sees it
             e.placement.mark_erased(key, t)
             if slot.holds(key) or key in slot.owners:
                 slot.drop(key)
