@@ -9,24 +9,15 @@ import time
 import redis
 
 from ctxcache.cache import ContextCache
-from ctxcache.events import BlockRemoved, BlockStored, EventBatch
+from ctxcache.events import BlockRemoved, BlockStored, ListSink
 from ctxcache.events.codec import decode_events
 from ctxcache.events.runtime import start_events
 
 BS = 4
 
 
-class Collect:
-    """A sink that keeps every batch (the seam ZmqPublisher and StreamsPublisher implement)."""
-
-    def __init__(self) -> None:
-        self.batches: list[EventBatch] = []
-
-    def publish(self, batch: EventBatch) -> None:
-        self.batches.append(batch)
-
-    def close(self) -> None:
-        pass
+class Collect(ListSink):
+    """Every batch kept (the seam ZmqPublisher and StreamsPublisher implement)."""
 
     def events(self, kind):
         return [e for b in self.batches for e in b.events if isinstance(e, kind)]

@@ -1,7 +1,7 @@
 """KV events (docs/events.md): the model here, transports and consumers beside it."""
 
 from .consumer import Consumer, Listener
-from .emitter import Emitter, Sink
+from .emitter import Emitter, ListSink, Sink
 from .model import (
     REMOVE_REASONS,
     BlockRemoved,
@@ -16,6 +16,7 @@ from .model import (
 from .state import WorkerView
 
 __all__ = [
+    "ListSink",
     "Consumer",
     "Emitter",
     "Listener",

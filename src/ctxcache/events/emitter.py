@@ -39,6 +39,19 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
+class ListSink:
+    """A sink that keeps every batch in memory: the fleet simulator's workers and the tests."""
+
+    def __init__(self) -> None:
+        self.batches: list[EventBatch] = []
+
+    def publish(self, batch: EventBatch) -> None:
+        self.batches.append(batch)
+
+    def close(self) -> None:
+        pass
+
+
 # A record: ("s", tier, key, parent, block_size, size, tokens) | ("r", tier, key, reason) | ("e", event),
 # or one the emitter's ``resolve`` turns into an "s" or "r" at flush time (EngineWatch's "a" and "x":
 # what the engine thread deferred).

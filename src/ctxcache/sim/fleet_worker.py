@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine import Match
-from ..events import Emitter, EventBatch, WorkerStarted
+from ..events import Emitter, EventBatch, ListSink, WorkerStarted
 from ..events.watch import EngineWatch
 from ..keys import Prompt
 from ..tiers.base import key_bytes
@@ -88,17 +88,6 @@ class SharedTier(FakeSlowTier):
     def might_contain_many(self, keys: Sequence[Hashable]) -> list[bool]:
         blobs = self.store
         return [key_bytes(k) in blobs for k in keys]
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.batches: list[EventBatch] = []
-
-    def publish(self, batch: EventBatch) -> None:
-        self.batches.append(batch)
-
-    def close(self) -> None:
-        pass
 
 
 @dataclass
