@@ -15,7 +15,8 @@
  * Both from the vendored C sources of the libraries the Python packages wrap (native/vendor/).
  *
  * The module also holds table_prefix (ctxcache_table.c): the router index's prefix query, whose
- * reference is the numpy path in src/ctxcache/router/index.py.
+ * reference is the numpy path in src/ctxcache/router/index.py; and stored_run (ctxcache_events.c):
+ * the KV events' per-block loop, whose reference is EngineWatch.stored_run_py (events/watch.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -386,6 +387,7 @@ static PyObject *token_bytes(PyObject *self, PyObject *tokens) {
 /* ---- module --------------------------------------------------------------------------------- */
 
 PyObject *ctxcache_table_prefix(PyObject *self, PyObject *args); /* ctxcache_table.c: the router index */
+PyObject *ctxcache_stored_run(PyObject *self, PyObject *args);   /* ctxcache_events.c: the KV events */
 
 static PyMethodDef methods[] = {
     {"token_bytes", token_bytes, METH_O, "as_token_array(tokens).tobytes(), or None: let keys.py decide."},
@@ -393,6 +395,8 @@ static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, "walk(buf, stride, n, keys, root, secret, kind, shards, get) -> matched items"},
     {"table_prefix", ctxcache_table_prefix, METH_VARARGS,
      "table_prefix(keys, lo, hi, fast, slow, shared, readers, cap, bits) -> (counts, fast masks, slow masks)"},
+    {"stored_run", ctxcache_stored_run, METH_VARARGS,
+     "stored_run(records, i, pos, nodes, owners, tier, block_size, cls, kb, out) -> next i"},
     {NULL, NULL, 0, NULL},
 };
 

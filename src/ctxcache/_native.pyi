@@ -1,5 +1,6 @@
 # The compiled key walk (native/ctxcache_native.c); keys.py holds the pure-Python reference.
 # table_prefix: the router index's prefix query (native/ctxcache_table.c; router/index.py's numpy path is the reference).
+# stored_run: the KV events' per-block loop (native/ctxcache_events.c; events/watch.py's stored_run_py is the reference).
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,3 +33,15 @@ def table_prefix(
     cap: int,
     bits: bytes,
 ) -> tuple[list[tuple[int, int, int]], bytes, bytes]: ...
+def stored_run(
+    records: list[Any],
+    i: int,
+    pos: int,
+    nodes: list[Any],
+    owners: list[Any],
+    tier: str,
+    block_size: int,
+    cls: type,
+    kb: Callable[[Any], bytes],
+    out: list[Any],
+) -> int: ...

@@ -1,0 +1,200 @@
+/* ctxcache._native.stored_run: the KV events' per-block loop (src/ctxcache/events/watch.py,
+ * EngineWatch.stored_run_py stays the reference and the fallback; tests/events/test_native_run.py
+ * checks one against the other on random runs).
+ *
+ *   stored_run(records, i, pos, nodes, owners, tier, block_size, cls, kb, out) -> next i
+ *
+ * From records[i] on, while a record is ("a", pos, key): look the key up in the index's shards
+ * (``nodes``, a list of dicts picked as shardmap.index_shard does) for its parent and in the slot's
+ * owners' shards (``owners``, shardmap.owner_shard) for its size, and grow chains at either end as
+ * emitter._Chain does; each chain becomes one ``cls(keys, tier, parent, block_size, size)`` appended
+ * to ``out``. ``kb`` is tiers.base.key_bytes, called only for keys that are not bytes. This loop ran
+ * once per stored block in Python and was most of the events' CPU (docs/events.md, "Benchmark").
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+static PyObject *s_parent, *s_depth, *s_a;
+
+static Py_ssize_t pymod(Py_hash_t h, Py_ssize_t m) { /* Python's %: the divisor's sign */
+    Py_ssize_t r = (Py_ssize_t)(h % m);
+    return r < 0 ? r + m : r;
+}
+
+static PyObject *shard(PyObject *shards, Py_ssize_t i) {
+    if (i >= PyList_GET_SIZE(shards)) {
+        PyErr_SetString(PyExc_IndexError, "shard index out of range");
+        return NULL;
+    }
+    PyObject *d = PyList_GET_ITEM(shards, i);
+    if (!PyDict_Check(d)) {
+        PyErr_SetString(PyExc_TypeError, "shards must be dicts");
+        return NULL;
+    }
+    return d;
+}
+
+static PyObject *as_bytes(PyObject *key, PyObject *kb) {
+    if (PyBytes_CheckExact(key)) return Py_NewRef(key);
+    return PyObject_CallOneArg(kb, key);
+}
+
+typedef struct {
+    PyObject *front, *back; /* keys (bytes) prepended, in the order taken, and appended */
+    PyObject *top, *last;   /* the chain's parent and last key, engine form (owned; top may be None) */
+    long long size;
+} chain_t;
+
+static int chain_emit(chain_t *c, PyObject *tier, PyObject *bs, PyObject *cls, PyObject *kb, PyObject *out) {
+    Py_ssize_t nf = PyList_GET_SIZE(c->front), nb = PyList_GET_SIZE(c->back);
+    PyObject *keys = PyTuple_New(nf + nb);
+    if (keys == NULL) return -1;
+    for (Py_ssize_t j = 0; j < nf; j++) PyTuple_SET_ITEM(keys, j, Py_NewRef(PyList_GET_ITEM(c->front, nf - 1 - j)));
+    for (Py_ssize_t j = 0; j < nb; j++) PyTuple_SET_ITEM(keys, nf + j, Py_NewRef(PyList_GET_ITEM(c->back, j)));
+    PyObject *parent = c->top == Py_None ? Py_NewRef(Py_None) : as_bytes(c->top, kb);
+    PyObject *size = parent ? PyLong_FromLongLong(c->size) : NULL;
+    PyObject *ev = size ? PyObject_CallFunctionObjArgs(cls, keys, tier, parent, bs, size, NULL) : NULL;
+    Py_DECREF(keys);
+    Py_XDECREF(parent);
+    Py_XDECREF(size);
+    if (ev == NULL) return -1;
+    int rc = PyList_Append(out, ev);
+    Py_DECREF(ev);
+    return rc;
+}
+
+static void chain_clear(chain_t *c) {
+    Py_CLEAR(c->front);
+    Py_CLEAR(c->back);
+    Py_CLEAR(c->top);
+    Py_CLEAR(c->last);
+    c->size = 0;
+}
+
+/* One stored block's parent (a new reference; None for a namespace root or an unknown key) and
+ * size; -1 on an error. */
+static int block(PyObject *key, PyObject *nodes, PyObject *owners, PyObject **parent, long long *size) {
+    Py_hash_t h = PyObject_Hash(key);
+    if (h == -1) return -1;
+    Py_ssize_t n = PyBytes_CheckExact(key) ? PyBytes_GET_SIZE(key) : 0;
+    PyObject *d = shard(nodes, n ? (unsigned char)PyBytes_AS_STRING(key)[n - 1] : pymod(h, 251));
+    if (d == NULL) return -1;
+    PyObject *node = PyDict_GetItemWithError(d, key);
+    if (node == NULL && PyErr_Occurred()) return -1;
+    *parent = Py_NewRef(Py_None);
+    if (node != NULL) {
+        Py_INCREF(node);
+        PyObject *depth = PyObject_GetAttr(node, s_depth);
+        int deep = depth ? PyObject_IsTrue(depth) : -1; /* depth > 0: depths are never negative */
+        Py_XDECREF(depth);
+        if (deep > 0) {
+            PyObject *p = PyObject_GetAttr(node, s_parent);
+            if (p == NULL) deep = -1;
+            else Py_SETREF(*parent, p);
+        }
+        Py_DECREF(node);
+        if (deep < 0) {
+            Py_CLEAR(*parent);
+            return -1;
+        }
+    }
+    d = shard(owners, pymod(h, 239));
+    PyObject *got = d ? PyDict_GetItemWithError(d, key) : NULL;
+    if (got == NULL && (d == NULL || PyErr_Occurred())) {
+        Py_CLEAR(*parent);
+        return -1;
+    }
+    *size = 0;
+    if (got != NULL && PyTuple_Check(got) && PyTuple_GET_SIZE(got) > 1) {
+        *size = PyLong_AsLongLong(PyTuple_GET_ITEM(got, 1));
+        if (*size == -1 && PyErr_Occurred()) {
+            Py_CLEAR(*parent);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int is_a(PyObject *rec, long pos) {
+    if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) < 3) return 0;
+    PyObject *k = PyTuple_GET_ITEM(rec, 0);
+    if (k != s_a && !(PyUnicode_Check(k) && PyUnicode_CompareWithASCIIString(k, "a") == 0)) return 0;
+    PyObject *p = PyTuple_GET_ITEM(rec, 1);
+    if (!PyLong_Check(p)) return 0;
+    long v = PyLong_AsLong(p);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return v == pos;
+}
+
+PyObject *ctxcache_stored_run(PyObject *self, PyObject *args) {
+    PyObject *records, *nodes, *owners, *tier, *bs, *cls, *kb, *out;
+    Py_ssize_t i;
+    long pos;
+    if (!PyArg_ParseTuple(args, "O!nlO!O!UOOOO!", &PyList_Type, &records, &i, &pos, &PyList_Type, &nodes,
+                          &PyList_Type, &owners, &tier, &bs, &cls, &kb, &PyList_Type, &out))
+        return NULL;
+    if (s_a == NULL) {
+        s_a = PyUnicode_InternFromString("a");
+        s_parent = PyUnicode_InternFromString("parent");
+        s_depth = PyUnicode_InternFromString("depth");
+        if (!s_a || !s_parent || !s_depth) return NULL;
+    }
+    chain_t c = {NULL, NULL, NULL, NULL, 0};
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    while (i < n) {
+        PyObject *rec = PyList_GET_ITEM(records, i);
+        if (!is_a(rec, pos)) break;
+        i++;
+        PyObject *key = PyTuple_GET_ITEM(rec, 2), *parent = NULL;
+        Py_INCREF(key);
+        long long size = 0;
+        PyObject *kbytes = NULL;
+        if (block(key, nodes, owners, &parent, &size) < 0 || (kbytes = as_bytes(key, kb)) == NULL) goto fail_key;
+        int took = 0;
+        if (c.back != NULL && parent != Py_None) { /* parent == last: grows at the end */
+            took = PyObject_RichCompareBool(parent, c.last, Py_EQ);
+            if (took < 0) goto fail_key;
+            if (took) {
+                if (PyList_Append(c.back, kbytes) < 0) goto fail_key;
+                Py_SETREF(c.last, Py_NewRef(key));
+            }
+        }
+        if (!took && c.back != NULL && c.top != Py_None) { /* key == top: grows at the front */
+            took = PyObject_RichCompareBool(key, c.top, Py_EQ);
+            if (took < 0) goto fail_key;
+            if (took) {
+                if (PyList_Append(c.front, kbytes) < 0) goto fail_key;
+                Py_SETREF(c.top, Py_NewRef(parent));
+            }
+        }
+        if (!took) {
+            if (c.back != NULL && chain_emit(&c, tier, bs, cls, kb, out) < 0) goto fail_key;
+            chain_clear(&c);
+            c.front = PyList_New(0);
+            c.back = PyList_New(0);
+            if (!c.front || !c.back || PyList_Append(c.back, kbytes) < 0) goto fail_key;
+            c.top = Py_NewRef(parent);
+            c.last = Py_NewRef(key);
+        }
+        c.size += size;
+        Py_DECREF(kbytes);
+        Py_DECREF(parent);
+        Py_DECREF(key);
+        continue;
+    fail_key:
+        Py_XDECREF(kbytes);
+        Py_XDECREF(parent);
+        Py_DECREF(key);
+        chain_clear(&c);
+        return NULL;
+    }
+    if (c.back != NULL && chain_emit(&c, tier, bs, cls, kb, out) < 0) {
+        chain_clear(&c);
+        return NULL;
+    }
+    chain_clear(&c);
+    return PyLong_FromSsize_t(i);
+}
