@@ -18,6 +18,7 @@ buffer and its thread (events/streams.py for Redis Streams, events/zmq.py for vL
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections import deque
@@ -161,7 +162,9 @@ class Emitter:
         # by flush: a lock per record was a fifth of the events' cost to a store.
         self._records: deque[Record] = deque()
         self._lock = threading.Lock()  # one flush at a time: batches numbered in order
-        self._wake = threading.Event()
+        # The engine thread rings for a batch's first record. A C queue, not a threading.Event: an
+        # Event's set and wait run Python code (a Condition) on both threads, for every batch.
+        self._bell: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._last = time.monotonic()
         self._thread: threading.Thread | None = None
@@ -183,7 +186,7 @@ class Emitter:
         q.append(rec)
         n = len(q)
         if n == 1 or n == MAX_RECORDS:  # the first record starts a batch's flush_s; a full one flushes now
-            self._wake.set()
+            self._bell.put(None)
 
     # --- the thread ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -218,10 +221,12 @@ class Emitter:
         # Idle, the thread wakes only for ticks and heartbeats (IDLE_S); a first record wakes it,
         # and its batch goes out flush_s later with whatever followed.
         while not self._stop.is_set():
-            if self._wake.wait(min(IDLE_S, self.heartbeat_s)):
-                self._wake.clear()
-                if len(self._records) < MAX_RECORDS:
-                    self._stop.wait(self.flush_s)
+            try:
+                self._bell.get(timeout=min(IDLE_S, self.heartbeat_s))
+                if len(self._records) < MAX_RECORDS and not self._stop.is_set():
+                    time.sleep(self.flush_s)
+            except queue.Empty:
+                pass
             for tick in self.ticks:
                 try:
                     tick()
@@ -230,12 +235,10 @@ class Emitter:
             if not self.flush() and time.monotonic() - self._last >= self.heartbeat_s:
                 self.emit(Heartbeat())
                 self.flush()
-            if self._records:  # came in during the flush, after its first record's wake-up
-                self._wake.set()
 
     def close(self) -> None:
         self._stop.set()
-        self._wake.set()
+        self._bell.put(None)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
         self.flush()

@@ -25,7 +25,7 @@ import re
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ConfigError, MissingDependencyError
 from .codec import encode_events
@@ -40,6 +40,10 @@ PIPELINE = 64  # batches per XADD pipeline
 RETRY_S = 0.5  # between reconnect attempts while Redis is down
 REGISTER_S = 0.25  # the registry's time for this worker is refreshed at most this often (consumers
 # forget a worker after missed heartbeats, seconds): not once per batch, which cost a command each
+
+
+def _flat(fields: dict[str, Any]) -> list[Any]:
+    return [x for kv in fields.items() for x in kv]
 
 
 def check_worker(worker: str) -> str:
@@ -101,6 +105,9 @@ class StreamsPublisher:
         self._registered = 0.0  # monotonic time of the last registry write
         self._down_since: float | None = None
         self._stop = False
+        # The direct XADD path (``_xadd``): only for redis-py's single-node client, whose pool it uses.
+        self._direct = hasattr(client, "connection_pool") and type(client).__name__ == "Redis"
+        self._conn: Any = None
         self._thread = threading.Thread(target=self._run, name=f"ctxcache-events-{worker}", daemon=True)
         self._thread.start()
 
@@ -136,6 +143,14 @@ class StreamsPublisher:
 
     # --- the thread -------------------------------------------------------------------------------
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            if self._conn is not None:
+                self.client.connection_pool.release(self._conn)
+                self._conn = None
+
+    def _loop(self) -> None:
         while True:
             with self._cond:
                 due = self._snap_due()
@@ -177,7 +192,10 @@ class StreamsPublisher:
         if len(todo) == 1 and not register:  # the common case under steady load: one command, no pipeline
             b = todo[0]
             fields = {"q": b.seq, "e": b.epoch, "t": repr(b.ts), "v": encode_events(b.events)}
-            ids = [self.client.xadd(self.stream, fields, maxlen=self.maxlen, approximate=True)]
+            if self._direct:
+                ids = [self._xadd(fields)]
+            else:
+                ids = [self.client.xadd(self.stream, fields, maxlen=self.maxlen, approximate=True)]
         else:
             pipe = self.client.pipeline(transaction=False)
             for b in todo:
@@ -194,6 +212,27 @@ class StreamsPublisher:
             self.published += sum(len(b.events) for b in todo)
             self.last_id = ids[len(todo) - 1].decode()
             self._cond.notify_all()
+
+    def _xadd(self, fields: dict[str, Any]) -> bytes:
+        """XADD on a connection this thread keeps, past redis-py's per-command machinery (pool,
+        retries, callbacks, tracing): that was ~100 µs of CPU per batch hot and ~400 µs cold,
+        a raw XADD ~20 (docs/events.md, "Benchmark"). A single-node client only: a Cluster
+        client routes each command (``_direct`` False). Any error drops the connection; the
+        caller's retry takes a new one."""
+        conn = self._conn
+        if conn is None:
+            conn = self._conn = self.client.connection_pool.get_connection()
+        try:
+            conn.send_command("XADD", self.stream, "MAXLEN", "~", self.maxlen, "*", *_flat(fields), check_health=False)
+            reply = conn.read_response()
+        except BaseException:
+            self._conn = None
+            conn.disconnect()
+            self.client.connection_pool.release(conn)
+            raise
+        if isinstance(reply, Exception):  # an error reply (redis-py returns some instead of raising)
+            raise reply
+        return cast(bytes, reply)
 
     def _snapshot(self) -> None:
         with self._cond:
