@@ -387,6 +387,7 @@ static PyObject *token_bytes(PyObject *self, PyObject *tokens) {
 /* ---- module --------------------------------------------------------------------------------- */
 
 PyObject *ctxcache_table_prefix(PyObject *self, PyObject *args); /* ctxcache_table.c: the router index */
+PyObject *ctxcache_table_upsert(PyObject *self, PyObject *args); /* ctxcache_table.c: its inserts */
 PyObject *ctxcache_stored_run(PyObject *self, PyObject *args);   /* ctxcache_events.c: the KV events */
 
 static PyMethodDef methods[] = {
@@ -395,6 +396,8 @@ static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, "walk(buf, stride, n, keys, root, secret, kind, shards, get) -> matched items"},
     {"table_prefix", ctxcache_table_prefix, METH_VARARGS,
      "table_prefix(keys, lo, hi, fast, slow, shared, readers, cap, bits) -> (counts, fast masks, slow masks)"},
+    {"table_upsert", ctxcache_table_upsert, METH_VARARGS,
+     "table_upsert(lo_keys, hi_keys, lo, hi, cap, limit, max_used, used, out) -> (done, used, why)"},
     {"stored_run", ctxcache_stored_run, METH_VARARGS,
      "stored_run(records, i, pos, nodes, owners, tier, block_size, cls, kb, out) -> next i"},
     {NULL, NULL, 0, NULL},

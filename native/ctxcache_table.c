@@ -179,3 +179,72 @@ done:
     PyBuffer_Release(&bits);
     return out;
 }
+
+/* table_upsert(lo_keys, hi_keys, lo, hi, cap, limit, max_used, used, out) -> (done, used, why)
+ *
+ * KeyTable.insert's work in one serial pass (router/table.py keeps the numpy version, the
+ * reference): each key (lo_keys[i], hi_keys[i], uint64 arrays; a lo of 0 already mapped to 1)
+ * is found in its run, or claims the run's first free slot; out[i] (int64) is its slot. A
+ * duplicate key in the batch finds the slot its first copy claimed. Stops before a key that would
+ * push ``used`` past ``max_used`` (why 1: rehash and insert again) or whose run would claim past
+ * slot ``limit`` (why 2: grow); why 0 when every key is placed. One probe per key and no sort:
+ * the numpy path's rounds of np.unique cost seconds for a million keys. The caller holds the
+ * index lock, and rehashes by calling this on an empty table with the live keys. */
+PyObject *ctxcache_table_upsert(PyObject *self, PyObject *args) {
+    PyObject *objs[5];
+    Py_ssize_t cap, limit, max_used, used;
+    if (!PyArg_ParseTuple(args, "OOOOnnnnO", &objs[0], &objs[1], &objs[2], &objs[3], &cap, &limit, &max_used, &used,
+                          &objs[4]))
+        return NULL;
+    Py_buffer v[5];
+    int got = 0;
+    PyObject *out = NULL;
+    static const char *names[5] = {"lo_keys", "hi_keys", "lo", "hi", "out"};
+    for (; got < 5; got++) {
+        int flags = got >= 2 ? PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE : PyBUF_C_CONTIGUOUS;
+        if (PyObject_GetBuffer(objs[got], &v[got], flags) < 0) goto done;
+        if (v[got].len % 8) {
+            PyErr_Format(PyExc_ValueError, "%s must be a 64-bit array", names[got]);
+            got++;
+            goto done;
+        }
+    }
+    Py_ssize_t n = v[0].len / 8, len = v[2].len / 8;
+    if (v[1].len != v[0].len || v[4].len != v[0].len || v[3].len != v[2].len || cap <= 0 || cap >= len ||
+        limit >= len || limit < 0) {
+        PyErr_SetString(PyExc_ValueError, "table arrays of mismatched sizes");
+        goto done;
+    }
+    const uint64_t *klo = v[0].buf, *khi = v[1].buf;
+    uint64_t *lo = v[2].buf, *hi = v[3].buf;
+    int64_t *slots = v[4].buf;
+    Py_ssize_t i = 0;
+    int why = 0;
+    for (Py_ssize_t j = 0; j < n && j < AHEAD; j++) PREFETCH(lo + klo[j] % (uint64_t)cap);
+    for (; i < n; i++) {
+        if (i + AHEAD < n) PREFETCH(lo + klo[i + AHEAD] % (uint64_t)cap);
+        uint64_t a = klo[i] ? klo[i] : 1, b = khi[i];
+        Py_ssize_t p = (Py_ssize_t)(a % (uint64_t)cap);
+        while (p <= limit && lo[p] != 0 && !(lo[p] == a && hi[p] == b)) p++;
+        if (p <= limit && lo[p] != 0) {
+            slots[i] = p;
+            continue;
+        }
+        if (p > limit) {
+            why = 2;
+            break;
+        }
+        if (used >= max_used) {
+            why = 1;
+            break;
+        }
+        lo[p] = a;
+        hi[p] = b;
+        slots[i] = p;
+        used++;
+    }
+    out = Py_BuildValue("(nni)", i, used, why);
+done:
+    for (int k = 0; k < got; k++) PyBuffer_Release(&v[k]);
+    return out;
+}

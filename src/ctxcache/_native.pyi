@@ -1,5 +1,5 @@
 # The compiled key walk (native/ctxcache_native.c); keys.py holds the pure-Python reference.
-# table_prefix: the router index's prefix query (native/ctxcache_table.c; router/index.py's numpy path is the reference).
+# table_prefix, table_upsert: the router index's prefix query and inserts (native/ctxcache_table.c; router/index.py's numpy path is the reference).
 # stored_run: the KV events' per-block loop (native/ctxcache_events.c; events/watch.py's stored_run_py is the reference).
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -33,6 +33,17 @@ def table_prefix(
     cap: int,
     bits: bytes,
 ) -> tuple[list[tuple[int, int, int]], bytes, bytes]: ...
+def table_upsert(
+    lo_keys: np.ndarray,
+    hi_keys: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    cap: int,
+    limit: int,
+    max_used: int,
+    used: int,
+    out: np.ndarray,
+) -> tuple[int, int, int]: ...
 def stored_run(
     records: list[Any],
     i: int,

@@ -142,3 +142,44 @@ def test_no_native_selects_the_numpy_path():
     env = {**os.environ, "CTXCACHE_NO_NATIVE": "1", "PYTHONPATH": str(SRC)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+def test_c_inserts_place_every_key_where_the_numpy_lookup_finds_it():
+    """table_upsert (inserts and rehashes) against KeyTable's numpy inserts: batches with
+    duplicates, keys already present, colliding runs longer than the window, growth by load and
+    by a run reaching the padding's end; each key found by the numpy lookup at the slot C gave."""
+    from ctxcache.router.table import KeyTable, key_arrays
+
+    native, rng = _native(), random.Random(30)
+    c, ref = KeyTable(1024, native), KeyTable(1024)
+    seen: list[bytes] = []
+    for step in range(60):
+        fresh = [rng.randbytes(16) for _ in range(rng.choice((1, 7, 300, 2000)))]
+        if step % 5 == 0:
+            fresh += colliding_keys(rng, c.capacity)
+        batch = fresh + rng.sample(seen, min(len(seen), 50)) + fresh[: len(fresh) // 3]  # repeats
+        rng.shuffle(batch)
+        lo, hi = key_arrays(batch)
+        got, want = c.insert(lo, hi), ref.insert(lo, hi)
+        seen += fresh
+        assert np.array_equal(c.find(lo, hi), got), step  # the numpy lookup finds C's placements
+        assert (got >= 0).all() and (want >= 0).all()
+        assert len(set(got.tolist())) == len(set(batch)) and c.used == ref.used == len(set(seen))
+        c.fast[got], ref.fast[want] = 1, 1
+    all_lo, all_hi = key_arrays(list(dict.fromkeys(seen)))
+    assert (c.find(all_lo, all_hi) >= 0).all() and c.capacity == ref.capacity
+    c.fast[c.find(all_lo[:100], all_hi[:100])] = 0  # dead slots: gone at the next rehash
+    c.rehash(0)
+    assert c.used == len(all_lo) - 100 and (c.find(all_lo[100:], all_hi[100:]) >= 0).all()
+
+
+def test_table_upsert_checks_its_arrays():
+    native = _native()
+    z = np.zeros(2048 + 512, np.uint64)
+    keys, out = np.ones(3, np.uint64), np.empty(3, np.int64)
+    with pytest.raises(ValueError, match="mismatched"):
+        native.table_upsert(keys, keys[:2], z, z, 2048, 2048 + 400, 1000, 0, out)
+    with pytest.raises(ValueError, match="mismatched"):
+        native.table_upsert(keys, keys, z, z, 4096, 2048, 1000, 0, out)
+    with pytest.raises((TypeError, BufferError, ValueError)):
+        native.table_upsert(keys, keys, z[:10].tobytes(), z, 8, 4, 1000, 0, out)  # read-only table

@@ -101,7 +101,7 @@ class BlockIndex:
         self._stores: dict[str, int] = {}  # shared store id -> its bit in ``shared``
         self._readers = np.zeros(MAX_STORES, np.uint64)  # per store bit: workers attached to it
         self.ignored = 0  # batches dropped: duplicates, or from an epoch older than the current one
-        self._t = KeyTable(capacity)
+        self._t = KeyTable(capacity, accel.native)
         self._lock = threading.RLock()
         # chosen once, as a hasher's key walk is (accel.py); a module built before it had none
         self._native = accel.native if hasattr(accel.native, "table_prefix") else None

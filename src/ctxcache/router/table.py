@@ -8,6 +8,7 @@ whose masks are all clear is dead, found again by its own key, and dropped at th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import ModuleType
 
 import numpy as np
 
@@ -31,7 +32,9 @@ def key_arrays(keys: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
 class KeyTable:
     """Keys -> slots, with per-slot ``fast``/``slow`` worker masks and a ``shared`` flag."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, native: ModuleType | None = None) -> None:
+        # ctxcache._native's table_upsert when built: inserts and rehashes in one serial C pass
+        self._upsert = getattr(native, "table_upsert", None)
         self._alloc(max(1024, int(capacity)))
 
     def _alloc(self, cap: int) -> None:
@@ -81,8 +84,13 @@ class KeyTable:
             todo = todo[~found & (klo != 0)]
         return out
 
+    def _limit(self) -> int:
+        return len(self.lo) - WINDOW - 1  # the last slot stays empty: index.py reads it as "absent"
+
     def insert(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Slot of each key, claiming free slots for new ones (growing the table first if needed)."""
+        if self._upsert is not None:
+            return self._insert_native(np.ascontiguousarray(lo, np.uint64), np.ascontiguousarray(hi, np.uint64))
         slots = self.find(lo, hi)
         new = np.flatnonzero(slots < 0)
         if new.size == 0:
@@ -100,14 +108,34 @@ class KeyTable:
         slots[new] = placed[inv.ravel()]
         return slots
 
+    def _insert_native(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        slots = np.empty(lo.size, np.int64)
+        while True:
+            _, self._used, why = self._upsert(  # type: ignore[misc]
+                lo, hi, self.lo, self.hi, self._cap, self._limit(), int(MAX_LOAD * self._cap), self._used, slots
+            )
+            if why == 0:
+                return slots
+            # full (1) or a run at the padding's end (2): rehash with room for the whole batch, then
+            # place every key again. Room for all, not for the rest: the keys this call placed have
+            # no worker yet, so the rehash drops them as dead and they are claimed anew.
+            self.rehash(lo.size, grow=why == 2)
+
     def _claim(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray | None:
         """Write new (distinct, absent) keys into the first free slot of their runs; None when a
         run reaches the end of the padding. Keys racing for one slot: the first wins, the others
         look again from there."""
+        if self._upsert is not None:  # distinct keys into a fresh table: one serial pass
+            out = np.empty(lo.size, np.int64)
+            lo, hi = np.ascontiguousarray(lo, np.uint64), np.ascontiguousarray(hi, np.uint64)
+            _, self._used, why = self._upsert(
+                lo, hi, self.lo, self.hi, self._cap, self._limit(), lo.size + self._used, self._used, out
+            )
+            return out if why == 0 else None
         pos = self._home(lo)
         out = np.empty(lo.size, np.int64)
         todo = np.arange(lo.size)
-        limit = len(self.lo) - WINDOW - 1  # the last slot stays empty: index.py reads it as "absent"
+        limit = self._limit()
         while todo.size:
             p = pos[todo]
             if int(p.max()) > limit:
