@@ -29,7 +29,8 @@ from ..usage import Usage
 from . import Detokenizer, Generation, SamplingParams, Timings
 from .chat import FALLBACK_TEMPLATE, chat_template_for, encode_chat, model_type
 from .kv_blocks import block_payload, join_blocks
-from .model_store import INSTALL_HINT, ModelError, drop_python_vocab
+from .model_store import INSTALL_HINT, ModelError
+from .tokenizer_cache import load_tokenizer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local directory only; never reach for a model hub
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -38,7 +39,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 try:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+    from transformers import AutoModelForCausalLM, DynamicCache
 except ImportError as _exc:  # pragma: no cover - exercised only without the model extra
     raise ImportError(
         f"ctxcache.integrations.transformers needs torch and transformers ({_exc}); {INSTALL_HINT}"
@@ -188,7 +189,7 @@ class CachedLM:
         p = Path(path)
         if not (p / "config.json").is_file():
             raise ModelError(f"{p} is not a Hugging Face model directory (no config.json)")
-        tok = drop_python_vocab(AutoTokenizer.from_pretrained(p))
+        tok = load_tokenizer(p)
         model: Any = AutoModelForCausalLM.from_pretrained(p, dtype=kw.pop("dtype", torch.float32))
         model.eval()
         kw["chat_template"] = chat_template_for(tok, model_type(p), kw.get("chat_template"))

@@ -51,11 +51,10 @@ class RequestKeys:
 
     @classmethod
     def from_model_dir(cls, path: Path, cfg: ServerConfig) -> RequestKeys:
-        from transformers import AutoTokenizer
+        from ..integrations.model_store import fingerprint
+        from ..integrations.tokenizer_cache import load_tokenizer
 
-        from ..integrations.model_store import drop_python_vocab, fingerprint
-
-        tok = drop_python_vocab(AutoTokenizer.from_pretrained(path))
+        tok = load_tokenizer(path)
         return cls(tok, chat_template_for(tok, model_type(path)), cfg, fingerprint(path))
 
     def tenant(self, headers: Mapping[str, str]) -> str | None:
