@@ -112,6 +112,17 @@ def test_session_affinity_breaks_ties_only():
     assert s.choose(1000, {"a": pfx(20), "b": pfx(4)}, {}, session="s1").worker == "a"  # cache beats affinity
 
 
+def test_new_prefixes_at_equal_load_spread_over_idle_workers():
+    # Low load: every worker idle, no cache anywhere. By name alone each new prefix went to "a"
+    # and the others got nothing (the chat fleet simulation's max/min was infinite).
+    s = Scorer(CFG)
+    cold = {w: pfx(0) for w in "abcd"}
+    assert sorted(s.choose(4096, cold, {}).worker for _ in range(8)) == list("aabbccdd")
+    # Only a tie-break: a cached prefix or a lower load still wins over fewer requests routed.
+    assert s.choose(4096, {**cold, "d": pfx(8)}, {}).worker == "d"
+    assert s.choose(4096, cold, {w: Load(100) for w in "abc"}).worker == "d"
+
+
 def test_no_worker_is_an_error_and_one_is_taken():
     with pytest.raises(ValueError):
         Scorer(CFG).choose(10, {}, {})

@@ -13,7 +13,8 @@ anew count twice (``new_weight`` 2): once as this request's wait, once as fleet 
 (a duplicate prefill of a prefix another worker holds delays everyone's later requests); the
 tokens already queued on w count once, as wait only (that work is committed wherever this
 request goes). Costs within ``tie_tokens`` of the best are a tie, broken by session affinity,
-then by the lower load.
+then by the lower load, then by fewer requests routed so far (at low load every worker is idle:
+by name alone, each new prefix went to the first worker and some workers got none).
 
 Balance guard (SGLang's cache-aware router: absolute and relative thresholds): when the most
 loaded healthy worker exceeds the least loaded by more than ``balance_abs`` tokens *and* by more
@@ -162,6 +163,7 @@ class Scorer:
         self.cfg = cfg or ScoreConfig()
         self._affinity: OrderedDict[str, str] = OrderedDict()
         self._affinity_capacity = affinity_capacity
+        self.routed: dict[str, int] = {}  # requests decided per worker: the last tie-break
 
     def candidates(
         self, prompt_tokens: int, prefixes: dict[str, WorkerPrefix], loads: dict[str, Load]
@@ -203,10 +205,12 @@ class Scorer:
         for x in ties:
             if len(ties) > 1 and x.worker == sticky:
                 return self._decide(x, "affinity", cands, session)
-        pick = min(ties, key=lambda x: (x.load, -x.saved, x.worker))
+        n = self.routed
+        pick = min(ties, key=lambda x: (x.load, -x.saved, n.get(x.worker, 0), x.worker))
         return self._decide(pick, "cache" if pick.saved > 0 else "load", cands, session)
 
     def _decide(self, pick: Candidate, reason: str, cands: list[Candidate], session: str | None) -> Decision:
+        self.routed[pick.worker] = self.routed.get(pick.worker, 0) + 1
         if session is not None:
             self._affinity[session] = pick.worker
             self._affinity.move_to_end(session)
