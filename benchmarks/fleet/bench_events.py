@@ -20,6 +20,7 @@ redis-server on loopback:
 
 Prints one JSON line; writes benchmarks/results/events.json and events.png.
 Run: PYTHONPATH=src .venv/bin/python benchmarks/fleet/bench_events.py [--rounds 7] [--stores 2000]
+[--only store_overhead]: one part alone, printed, no results file written.
 """
 
 from __future__ import annotations
@@ -256,6 +257,24 @@ def _plot(res: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+PARTS: dict[str, Any] = {
+    "store_overhead": store_overhead, "visibility": visibility, "throughput": throughput, "snapshot": snapshot_rebuild,
+}  # fmt: skip
+
+
+def _only(a: argparse.Namespace) -> None:
+    work = Path(tempfile.mkdtemp(prefix="bench-events-"))
+    proc, url = _redis(work)
+    try:
+        args = {"store_overhead": (a.rounds, a.stores), "visibility": (a.visible, a.rate),
+                "throughput": (a.batches,), "snapshot": (a.blocks,)}[a.only]  # fmt: skip
+        print(json.dumps({"bench": "events", a.only: PARTS[a.only](url, *args)}))
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
@@ -264,7 +283,11 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=200.0)
     ap.add_argument("--batches", type=int, default=20_000)
     ap.add_argument("--blocks", type=int, default=1_000_000)
+    ap.add_argument("--only", choices=PARTS, help="run one part; prints it, writes no results file")
     a = ap.parse_args()
+    if a.only is not None:
+        _only(a)
+        return
     work = Path(tempfile.mkdtemp(prefix="bench-events-"))
     proc, url = _redis(work)
     try:
