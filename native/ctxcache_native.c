@@ -16,7 +16,8 @@
  *
  * The module also holds table_prefix (ctxcache_table.c): the router index's prefix query, whose
  * reference is the numpy path in src/ctxcache/router/index.py; and stored_run (ctxcache_events.c):
- * the KV events' per-block loop, whose reference is EngineWatch.stored_run_py (events/watch.py).
+ * the KV events' per-block loop, whose reference is EngineWatch.stored_run_py (events/watch.py); and
+ * encode_events (ctxcache_encode.c): their stream encoder for the hot kinds, codec.py's the reference.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -388,6 +389,7 @@ static PyObject *token_bytes(PyObject *self, PyObject *tokens) {
 
 PyObject *ctxcache_table_prefix(PyObject *self, PyObject *args); /* ctxcache_table.c: the router index */
 PyObject *ctxcache_stored_run(PyObject *self, PyObject *args);   /* ctxcache_events.c: the KV events */
+PyObject *ctxcache_encode_events(PyObject *self, PyObject *args); /* ctxcache_encode.c: their encoder */
 
 static PyMethodDef methods[] = {
     {"token_bytes", token_bytes, METH_O, "as_token_array(tokens).tobytes(), or None: let keys.py decide."},
@@ -397,6 +399,8 @@ static PyMethodDef methods[] = {
      "table_prefix(keys, lo, hi, fast, slow, shared, readers, cap, bits) -> (counts, fast masks, slow masks)"},
     {"stored_run", ctxcache_stored_run, METH_VARARGS,
      "stored_run(records, i, pos, nodes, owners, tier, block_size, cls, kb, out) -> next i"},
+    {"encode_events", ctxcache_encode_events, METH_VARARGS,
+     "encode_events(events, version, stored_cls, removed_cls, reasons) -> bytes, or None: codec.encode_events"},
     {NULL, NULL, 0, NULL},
 };
 
