@@ -4,7 +4,8 @@
  *
  *   stored_run(records, i, pos, nodes, owners, tier, block_size, cls, kb, out) -> next i
  *
- * From records[i] on, while a record is ("a", pos, key): look the key up in the index's shards
+ * From records[i] on, while a record is ("a", pos, key) or ("c", pos, [key, ...]) (a chain's keys as
+ * admitted, one record for a store: EngineWatch.admitted_run): look the key up in the index's shards
  * (``nodes``, a list of dicts picked as shardmap.index_shard does) for its parent and in the slot's
  * owners' shards (``owners``, shardmap.owner_shard) for its size, and grow chains at either end as
  * emitter._Chain does; each chain becomes one ``cls(keys, tier, parent, block_size, size)`` appended
@@ -14,7 +15,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-static PyObject *s_parent, *s_depth, *s_a;
+static PyObject *s_parent, *s_depth, *s_a, *s_c;
 
 static Py_ssize_t pymod(Py_hash_t h, Py_ssize_t m) { /* Python's %: the divisor's sign */
     Py_ssize_t r = (Py_ssize_t)(h % m);
@@ -148,10 +149,16 @@ static int block(PyObject *key, PyObject *nodes, PyObject *owners, PyObject **pa
     return 0;
 }
 
-static int is_a(PyObject *rec, long pos) {
+/* 'a' for ("a", pos, key), 'c' for ("c", pos, [keys]) (a chain admitted at once: its keys as so
+ * many "a" records), 0 for any other record, which ends the run. */
+static int kind_of(PyObject *rec, long pos) {
     if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) < 3) return 0;
     PyObject *k = PyTuple_GET_ITEM(rec, 0);
-    if (k != s_a && !(PyUnicode_Check(k) && PyUnicode_CompareWithASCIIString(k, "a") == 0)) return 0;
+    int kind = k == s_a ? 'a' : k == s_c ? 'c' : 0;
+    if (!kind && PyUnicode_Check(k)) {
+        kind = PyUnicode_CompareWithASCIIString(k, "a") == 0 ? 'a' : PyUnicode_CompareWithASCIIString(k, "c") == 0 ? 'c' : 0;
+    }
+    if (!kind || (kind == 'c' && !PyList_Check(PyTuple_GET_ITEM(rec, 2)))) return 0;
     PyObject *p = PyTuple_GET_ITEM(rec, 1);
     if (!PyLong_Check(p)) return 0;
     long v = PyLong_AsLong(p);
@@ -159,72 +166,94 @@ static int is_a(PyObject *rec, long pos) {
         PyErr_Clear();
         return 0;
     }
-    return v == pos;
+    return v == pos ? kind : 0;
+}
+
+typedef struct {
+    PyObject *nodes, *owners, *tier, *bs, *cls, *kb, *out;
+} run_t;
+
+/* One stored block into the chain (grown at either end, as emitter._Chain; else the chain goes out
+ * and a new one starts): 0, or -1 on an error (the chain then cleared). */
+static int take(chain_t *c, PyObject *key, run_t *r) {
+    PyObject *parent = NULL, *kbytes = NULL;
+    long long size = 0;
+    Py_INCREF(key);
+    if (block(key, r->nodes, r->owners, &parent, &size) < 0 || (kbytes = as_bytes(key, r->kb)) == NULL) goto fail;
+    int took = 0;
+    if (c->back != NULL && parent != Py_None) { /* parent == last: grows at the end */
+        took = PyObject_RichCompareBool(parent, c->last, Py_EQ);
+        if (took < 0) goto fail;
+        if (took) {
+            if (PyList_Append(c->back, kbytes) < 0) goto fail;
+            Py_SETREF(c->last, Py_NewRef(key));
+        }
+    }
+    if (!took && c->back != NULL && c->top != Py_None) { /* key == top: grows at the front */
+        took = PyObject_RichCompareBool(key, c->top, Py_EQ);
+        if (took < 0) goto fail;
+        if (took) {
+            if (PyList_Append(c->front, kbytes) < 0) goto fail;
+            Py_SETREF(c->top, Py_NewRef(parent));
+        }
+    }
+    if (!took) {
+        if (c->back != NULL && chain_emit(c, r->tier, r->bs, r->cls, r->kb, r->out) < 0) goto fail;
+        chain_clear(c);
+        c->front = PyList_New(0);
+        c->back = PyList_New(0);
+        if (!c->front || !c->back || PyList_Append(c->back, kbytes) < 0) goto fail;
+        c->top = Py_NewRef(parent);
+        c->last = Py_NewRef(key);
+    }
+    c->size += size;
+    Py_DECREF(kbytes);
+    Py_DECREF(parent);
+    Py_DECREF(key);
+    return 0;
+fail:
+    Py_XDECREF(kbytes);
+    Py_XDECREF(parent);
+    Py_DECREF(key);
+    chain_clear(c);
+    return -1;
 }
 
 PyObject *ctxcache_stored_run(PyObject *self, PyObject *args) {
-    PyObject *records, *nodes, *owners, *tier, *bs, *cls, *kb, *out;
+    PyObject *records;
     Py_ssize_t i;
     long pos;
-    if (!PyArg_ParseTuple(args, "O!nlO!O!UOOOO!", &PyList_Type, &records, &i, &pos, &PyList_Type, &nodes,
-                          &PyList_Type, &owners, &tier, &bs, &cls, &kb, &PyList_Type, &out))
+    run_t r;
+    if (!PyArg_ParseTuple(args, "O!nlO!O!UOOOO!", &PyList_Type, &records, &i, &pos, &PyList_Type, &r.nodes,
+                          &PyList_Type, &r.owners, &r.tier, &r.bs, &r.cls, &r.kb, &PyList_Type, &r.out))
         return NULL;
     if (s_a == NULL) {
         s_a = PyUnicode_InternFromString("a");
+        s_c = PyUnicode_InternFromString("c");
         s_parent = PyUnicode_InternFromString("parent");
         s_depth = PyUnicode_InternFromString("depth");
-        if (!s_a || !s_parent || !s_depth) return NULL;
+        if (!s_a || !s_c || !s_parent || !s_depth) return NULL;
     }
     chain_t c = {NULL, NULL, NULL, NULL, 0};
-    Py_ssize_t n = PyList_GET_SIZE(records);
-    while (i < n) {
+    while (i < PyList_GET_SIZE(records)) {
         PyObject *rec = PyList_GET_ITEM(records, i);
-        if (!is_a(rec, pos)) break;
+        int kind = kind_of(rec, pos);
+        if (!kind) break;
         i++;
-        PyObject *key = PyTuple_GET_ITEM(rec, 2), *parent = NULL;
-        Py_INCREF(key);
-        long long size = 0;
-        PyObject *kbytes = NULL;
-        if (block(key, nodes, owners, &parent, &size) < 0 || (kbytes = as_bytes(key, kb)) == NULL) goto fail_key;
-        int took = 0;
-        if (c.back != NULL && parent != Py_None) { /* parent == last: grows at the end */
-            took = PyObject_RichCompareBool(parent, c.last, Py_EQ);
-            if (took < 0) goto fail_key;
-            if (took) {
-                if (PyList_Append(c.back, kbytes) < 0) goto fail_key;
-                Py_SETREF(c.last, Py_NewRef(key));
+        if (kind == 'a') {
+            if (take(&c, PyTuple_GET_ITEM(rec, 2), &r) < 0) return NULL;
+            continue;
+        }
+        PyObject *keys = PyTuple_GET_ITEM(rec, 2);
+        Py_INCREF(keys);
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(keys); j++)
+            if (take(&c, PyList_GET_ITEM(keys, j), &r) < 0) {
+                Py_DECREF(keys);
+                return NULL;
             }
-        }
-        if (!took && c.back != NULL && c.top != Py_None) { /* key == top: grows at the front */
-            took = PyObject_RichCompareBool(key, c.top, Py_EQ);
-            if (took < 0) goto fail_key;
-            if (took) {
-                if (PyList_Append(c.front, kbytes) < 0) goto fail_key;
-                Py_SETREF(c.top, Py_NewRef(parent));
-            }
-        }
-        if (!took) {
-            if (c.back != NULL && chain_emit(&c, tier, bs, cls, kb, out) < 0) goto fail_key;
-            chain_clear(&c);
-            c.front = PyList_New(0);
-            c.back = PyList_New(0);
-            if (!c.front || !c.back || PyList_Append(c.back, kbytes) < 0) goto fail_key;
-            c.top = Py_NewRef(parent);
-            c.last = Py_NewRef(key);
-        }
-        c.size += size;
-        Py_DECREF(kbytes);
-        Py_DECREF(parent);
-        Py_DECREF(key);
-        continue;
-    fail_key:
-        Py_XDECREF(kbytes);
-        Py_XDECREF(parent);
-        Py_DECREF(key);
-        chain_clear(&c);
-        return NULL;
+        Py_DECREF(keys);
     }
-    if (c.back != NULL && chain_emit(&c, tier, bs, cls, kb, out) < 0) {
+    if (c.back != NULL && chain_emit(&c, r.tier, r.bs, r.cls, r.kb, r.out) < 0) {
         chain_clear(&c);
         return NULL;
     }

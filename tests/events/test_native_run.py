@@ -81,3 +81,43 @@ def test_str_keys_go_through_key_bytes_and_bad_keys_raise_as_the_reference():
         coalesce(bad, watch.resolve, watch.stored_run_py)
     with pytest.raises(type(ref.value)):
         coalesce(bad, watch.resolve, watch.stored_run)
+
+
+def _grouped(rng: random.Random, recs: list[tuple]) -> list[tuple]:
+    """The same records with runs of stores to one tier folded into "c" records at random, as
+    Slot.admit_chain hands a store's chain over (EngineWatch.admitted_run)."""
+    out: list[tuple] = []
+    for rec in recs:
+        prev = out[-1] if out else None
+        if rec[0] == "a" and prev is not None and prev[0] == "c" and prev[1] == rec[1] and rng.random() < 0.8:
+            prev[2].append(rec[2])
+        elif rec[0] == "a" and rng.random() < 0.5:
+            out.append(("c", rec[1], [rec[2]]))
+        else:
+            out.append(rec)
+    return out
+
+
+def test_chain_records_read_as_their_keys_one_by_one_both_ways():
+    watch, chains = _setup()
+    rng = random.Random(11)
+    for _ in range(400):
+        recs = _records(rng, chains)
+        want = coalesce(recs, watch.resolve, watch.stored_run_py)
+        grouped = _grouped(rng, recs)
+        assert coalesce(grouped, watch.resolve, watch.stored_run_py) == want, grouped
+        assert coalesce(grouped, watch.resolve, watch.stored_run) == want, grouped
+
+
+def test_a_store_hands_its_chain_over_in_one_record_with_the_same_events():
+    cache = ContextCache.from_config({"block_size": 4, "tiers": [{"kind": "memory", "capacity": "64MiB"}]})
+    watch = EngineWatch(cache._engine, Emitter("w", [ListSink()]))
+    watch.attach()
+    cache.store(list(range(16)), [b"a" * 10] * 4)
+    cache.store(list(range(24)), [b"a" * 10] * 6)  # extends the first: 2 new blocks
+    recs = list(watch.em._records)
+    assert [r[0] for r in recs] == ["c", "c"] and [len(r[2]) for r in recs] == [4, 2]
+    per_block = [("a", r[1], k) for r in recs for k in r[2]]
+    got = coalesce(recs, watch.resolve, watch.stored_run)
+    assert got == coalesce(per_block, watch.resolve, watch.stored_run_py)
+    assert [len(ev.keys) for ev in got] == [6]  # one chain, grown at its end, as block by block

@@ -5,7 +5,8 @@ A write queued to a slow tier is announced when it lands (``landed``, from the m
 queued: a consumer that reads "stored in redis" may fetch the block at once. Everything else is
 announced as the slot records it (``admitted``, ``left``), under the engine's lock.
 
-The engine thread only appends ``("a", pos, key)`` (stored) or ``("x", pos, key, reason)``
+The engine thread only appends ``("a", pos, key)`` (stored; ``("c", pos, [key, ...])`` for the keys
+a store charges to one tier in a row: ``begin``/``end``) or ``("x", pos, key, reason)``
 (removed; the reason is read now, while the placement that explains it is current) to the
 emitter's queue. Tier names, key bytes, the parent key, the size and the token ids are looked up
 by ``resolve`` on the emitter's thread at flush, ``flush_s`` later: a block's parent and tokens
@@ -43,11 +44,16 @@ class EngineWatch:
         self._healthy = [s.tier.healthy for s in engine.slots]
         self.lost = self.recovered = 0
         self._add = emitter._add
+        # A store's run of charged keys (``begin``/``end``): the engine thread's, under its lock.
+        self._depth, self._open_pos = 0, 0
+        self._open: list[Hashable] | None = None
+        self._chains = False  # "c" records only where ``runs`` reads them (not with token ids)
 
     def attach(self) -> None:
         self.em.resolve = self.resolve
         if not self.token_ids:  # with token ids, each record goes through resolve
             self.em.runs = self.stored_run if accel.native is not None else self.stored_run_py
+            self._chains = True
         with self.e.lock:
             for slot in self.e.slots:
                 slot.watch = self
@@ -59,17 +65,45 @@ class EngineWatch:
                 slot.watch = None
 
     # --- Watcher -------------------------------------------------------------------------------------
+    def begin(self) -> None:
+        """A store starts (under the engine's lock): the keys it charges to one tier in a row go
+        to the emitter as one ``("c", pos, keys)`` record, at ``end`` or before any other record
+        (so the records read in the same order), instead of an ``("a", pos, key)`` each."""
+        self._depth += 1
+
+    def end(self) -> None:
+        self._depth -= 1
+        if not self._depth:
+            self._close()
+
+    def _close(self) -> None:
+        run = self._open
+        if run is not None:
+            self._open = None
+            self._add(("c", self._open_pos, run))
+
     def admitted(self, pos: int, key: Hashable) -> None:
         if self.slow[pos]:
             m = self.e.placement.mover.pending.get(key)
             if m is not None and m.dst == pos:
                 return  # announced when it lands
+        if self._depth and self._chains:
+            if self._open is not None and self._open_pos == pos:
+                self._open.append(key)
+                return
+            self._close()
+            self._open, self._open_pos = [key], pos
+            return
         self._add(("a", pos, key))
 
     def landed(self, pos: int, key: Hashable) -> None:
+        if self._open is not None:
+            self._close()
         self._add(("a", pos, key))
 
     def left(self, pos: int, key: Hashable) -> None:
+        if self._open is not None:
+            self._close()
         reason = cast(RemoveReason, self.e.leaving) if self.e.leaving else self._reason(pos, key)
         self._add(("x", pos, key, reason))
 
@@ -109,7 +143,7 @@ class EngineWatch:
         )  # fmt: skip
 
     def stored_run_py(self, records: Sequence[tuple[Any, ...]], i: int, out: list[Event]) -> int:
-        """The deferred stores from ``records[i]`` on, to one tier: one BlockStored per chain (grown
+        """The deferred stores ("a", and "c": a run of keys) from ``records[i]`` on, to one tier: one BlockStored per chain (grown
         at either end, as ``emitter._Chain``), in one loop. Returns the index after the run. The
         reference for the compiled ``stored_run`` and the fallback without it."""
         pos, n = records[i][1], len(records)
@@ -127,25 +161,25 @@ class EngineWatch:
         size = 0
         while i < n:
             rec = records[i]
-            if rec[0] != "a" or rec[1] != pos:
+            if rec[0] not in ("a", "c") or rec[1] != pos:
                 break
             i += 1
-            key = rec[2]
-            node = nodes[key[-1] if key.__class__ is bytes and key else hash(key) % 251].get(key)
-            parent = node.parent if node is not None and node.depth > 0 else None  # a root names the namespace
-            got = owners[hash(key) % 239].get(key)
-            kb = key if key.__class__ is bytes else key_bytes(key)
-            if keys and parent is not None and parent == last:
-                keys.append(kb)
-                last = key
-            elif keys and top is not None and key == top:
-                keys.appendleft(kb)
-                top = parent
-            else:
-                if keys:
-                    out.append(BlockStored(tuple(keys), tier, _kb(top), bs, size))
-                keys, top, last, size = deque((kb,)), parent, key, 0
-            size += got[1] if got else 0
+            for key in (rec[2],) if rec[0] == "a" else rec[2]:  # "c": a chain's keys, as so many "a"s
+                node = nodes[key[-1] if key.__class__ is bytes and key else hash(key) % 251].get(key)
+                parent = node.parent if node is not None and node.depth > 0 else None  # a root: the namespace
+                got = owners[hash(key) % 239].get(key)
+                kb = key if key.__class__ is bytes else key_bytes(key)
+                if keys and parent is not None and parent == last:
+                    keys.append(kb)
+                    last = key
+                elif keys and top is not None and key == top:
+                    keys.appendleft(kb)
+                    top = parent
+                else:
+                    if keys:
+                        out.append(BlockStored(tuple(keys), tier, _kb(top), bs, size))
+                    keys, top, last, size = deque((kb,)), parent, key, 0
+                size += got[1] if got else 0
         out.append(BlockStored(tuple(keys), tier, _kb(top), bs, size))
         return i
 
