@@ -177,3 +177,63 @@ PyObject *ctxcache_encode_events(PyObject *self, PyObject *args) {
     if (rc == 0) Py_RETURN_NONE;
     return res;
 }
+
+/* fd_send(fd, data) -> bytes sent; fd_recv(fd, n) -> bytes (b"" at EOF), or None when nothing is
+ * there. Non-blocking (MSG_DONTWAIT) and with the GIL held: the publisher's fast path
+ * (events/fastlane.py) calls them on the emitter's thread, where releasing the GIL for a
+ * syscall of a few µs hands it to a busy request thread and costs a forced switch back (~50 µs
+ * of CPU and up to the switch interval, 5 ms) each time. */
+#include <errno.h>
+#ifndef _WIN32
+#include <sys/socket.h>
+#ifndef MSG_NOSIGNAL /* macOS: no such flag (SIGPIPE is ignored by Python anyway) */
+#define MSG_NOSIGNAL 0
+#endif
+
+PyObject *ctxcache_fd_send(PyObject *self, PyObject *args) {
+    int fd;
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "iy*", &fd, &b)) return NULL;
+    Py_ssize_t done = 0;
+    while (done < b.len) {
+        ssize_t n = send(fd, (const char *)b.buf + done, (size_t)(b.len - done), MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+            PyBuffer_Release(&b);
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        done += n;
+    }
+    PyBuffer_Release(&b);
+    return PyLong_FromSsize_t(done);
+}
+
+PyObject *ctxcache_fd_recv(PyObject *self, PyObject *args) {
+    int fd;
+    Py_ssize_t cap;
+    if (!PyArg_ParseTuple(args, "in", &fd, &cap)) return NULL;
+    if (cap <= 0) cap = 65536;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, cap);
+    if (out == NULL) return NULL;
+    ssize_t n;
+    do n = recv(fd, PyBytes_AS_STRING(out), (size_t)cap, MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        Py_DECREF(out);
+        if (errno == EAGAIN || errno == EWOULDBLOCK) Py_RETURN_NONE;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (n != cap) _PyBytes_Resize(&out, n);
+    return out;
+}
+#else /* Windows: the fast lane falls back to Python's socket calls (events/fastlane.py) */
+PyObject *ctxcache_fd_send(PyObject *self, PyObject *args) {
+    PyErr_SetString(PyExc_NotImplementedError, "fd_send");
+    return NULL;
+}
+PyObject *ctxcache_fd_recv(PyObject *self, PyObject *args) {
+    PyErr_SetString(PyExc_NotImplementedError, "fd_recv");
+    return NULL;
+}
+#endif

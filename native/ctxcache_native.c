@@ -390,6 +390,8 @@ static PyObject *token_bytes(PyObject *self, PyObject *tokens) {
 PyObject *ctxcache_table_prefix(PyObject *self, PyObject *args); /* ctxcache_table.c: the router index */
 PyObject *ctxcache_stored_run(PyObject *self, PyObject *args);   /* ctxcache_events.c: the KV events */
 PyObject *ctxcache_encode_events(PyObject *self, PyObject *args); /* ctxcache_encode.c: their encoder */
+PyObject *ctxcache_fd_send(PyObject *self, PyObject *args);       /* ctxcache_encode.c: their fast lane */
+PyObject *ctxcache_fd_recv(PyObject *self, PyObject *args);
 
 static PyMethodDef methods[] = {
     {"token_bytes", token_bytes, METH_O, "as_token_array(tokens).tobytes(), or None: let keys.py decide."},
@@ -401,6 +403,8 @@ static PyMethodDef methods[] = {
      "stored_run(records, i, pos, nodes, owners, tier, block_size, cls, kb, out) -> next i"},
     {"encode_events", ctxcache_encode_events, METH_VARARGS,
      "encode_events(events, version, stored_cls, removed_cls, reasons) -> bytes, or None: codec.encode_events"},
+    {"fd_send", ctxcache_fd_send, METH_VARARGS, "fd_send(fd, data) -> bytes sent, non-blocking, the GIL held"},
+    {"fd_recv", ctxcache_fd_recv, METH_VARARGS, "fd_recv(fd, n) -> bytes (b'' at EOF) or None, non-blocking, the GIL held"},
     {NULL, NULL, 0, NULL},
 };
 
