@@ -389,6 +389,7 @@ static PyObject *token_bytes(PyObject *self, PyObject *tokens) {
 
 PyObject *ctxcache_table_prefix(PyObject *self, PyObject *args); /* ctxcache_table.c: the router index */
 PyObject *ctxcache_stored_run(PyObject *self, PyObject *args);   /* ctxcache_events.c: the KV events */
+PyObject *ctxcache_run_meta(PyObject *self, PyObject *args);
 PyObject *ctxcache_encode_events(PyObject *self, PyObject *args); /* ctxcache_encode.c: their encoder */
 PyObject *ctxcache_fd_send(PyObject *self, PyObject *args);       /* ctxcache_encode.c: their fast lane */
 PyObject *ctxcache_fd_recv(PyObject *self, PyObject *args);
@@ -401,6 +402,7 @@ static PyMethodDef methods[] = {
      "table_prefix(keys, lo, hi, fast, slow, shared, readers, cap, bits) -> (counts, fast masks, slow masks)"},
     {"stored_run", ctxcache_stored_run, METH_VARARGS,
      "stored_run(records, i, pos, nodes, owners, tier, block_size, cls, kb, out) -> next i"},
+    {"run_meta", ctxcache_run_meta, METH_VARARGS, "run_meta(keys, nodes, owners) -> (parents, sizes)"},
     {"encode_events", ctxcache_encode_events, METH_VARARGS,
      "encode_events(events, version, stored_cls, removed_cls, reasons) -> bytes, or None: codec.encode_events"},
     {"fd_send", ctxcache_fd_send, METH_VARARGS, "fd_send(fd, data) -> bytes sent, non-blocking, the GIL held"},

@@ -36,6 +36,14 @@ def _kb(key: Hashable | None) -> bytes | None:
     return None if key is None else key_bytes(key)
 
 
+def _lookup(key: Any, nodes: list[dict[Any, Any]], owners: list[dict[Any, Any]]) -> tuple[Any, int]:
+    """A stored block's parent (engine form; None at a namespace root or for an unknown key) and
+    size, from the index's and the owners' shards read inline (shardmap.index_shard / owner_shard)."""
+    node = nodes[key[-1] if key.__class__ is bytes and key else hash(key) % 251].get(key)
+    got = owners[hash(key) % 239].get(key)
+    return (node.parent if node is not None and node.depth > 0 else None), (got[1] if got else 0)
+
+
 class EngineWatch:
     def __init__(self, engine: Engine, emitter: Emitter, *, token_ids: bool = False) -> None:
         self.e, self.em, self.token_ids = engine, emitter, token_ids
@@ -77,10 +85,26 @@ class EngineWatch:
             self._close()
 
     def _close(self) -> None:
+        """The open run as ``("c", pos, keys, parents, sizes)``: what ``stored_run`` would look up
+        for each key, read now, while it is in this thread's cache (on the emitter's thread those
+        lookups were ~1 µs a block of cache misses). Nothing left since the keys were charged (a
+        removal closes the run first), so the values are the same; a key removed before the flush
+        has an "x" record after the run, and ``stored_run`` looks that one up at flush as before."""
         run = self._open
         if run is not None:
             self._open = None
-            self._add(("c", self._open_pos, run))
+            pos = self._open_pos
+            nodes, owners = self.e.index.shards, self.e.slots[pos].owners.shards
+            native = accel.native
+            if native is not None:
+                parents, sizes = native.run_meta(run, nodes, owners)
+            else:
+                parents, sizes = [], []
+                for key in run:
+                    parent, size = _lookup(key, nodes, owners)
+                    parents.append(parent)
+                    sizes.append(size)
+            self._add(("c", pos, run, parents, sizes))
 
     def admitted(self, pos: int, key: Hashable) -> None:
         if self.slow[pos]:
@@ -159,15 +183,21 @@ class EngineWatch:
         top: Any = None  # the chain's parent key and its last key (engine form)
         last: Any = None
         size = 0
+        gone: set[Any] | None = None  # keys removed after a captured run: looked up at flush
         while i < n:
             rec = records[i]
             if rec[0] not in ("a", "c") or rec[1] != pos:
                 break
             i += 1
-            for key in (rec[2],) if rec[0] == "a" else rec[2]:  # "c": a chain's keys, as so many "a"s
-                node = nodes[key[-1] if key.__class__ is bytes and key else hash(key) % 251].get(key)
-                parent = node.parent if node is not None and node.depth > 0 else None  # a root: the namespace
-                got = owners[hash(key) % 239].get(key)
+            run = (rec[2],) if rec[0] == "a" else rec[2]  # "c": a chain's keys, as so many "a"s
+            meta = rec[3:5] if len(rec) >= 5 else None  # "c" as EngineWatch._close writes it: captured
+            if meta is not None and gone is None:
+                gone = {r[2] for r in records[i:] if r[0] == "x"}
+            for j, key in enumerate(run):
+                if meta is not None and key not in gone:  # type: ignore[operator]
+                    parent, got = meta[0][j], meta[1][j]
+                else:
+                    parent, got = _lookup(key, nodes, owners)
                 kb = key if key.__class__ is bytes else key_bytes(key)
                 if keys and parent is not None and parent == last:
                     keys.append(kb)
@@ -179,7 +209,7 @@ class EngineWatch:
                     if keys:
                         out.append(BlockStored(tuple(keys), tier, _kb(top), bs, size))
                     keys, top, last, size = deque((kb,)), parent, key, 0
-                size += got[1] if got else 0
+                size += got
         out.append(BlockStored(tuple(keys), tier, _kb(top), bs, size))
         return i
 
