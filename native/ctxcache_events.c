@@ -14,6 +14,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 static PyObject *s_parent, *s_depth, *s_a, *s_c;
 
@@ -105,9 +106,36 @@ static void chain_clear(chain_t *c) {
     c->size = 0;
 }
 
-/* One stored block's parent (a new reference; None for a namespace root or an unknown key) and
- * size; -1 on an error. */
-static int block(PyObject *key, PyObject *nodes, PyObject *owners, PyObject **parent, long long *size) {
+/* A node's slot read at its member's offset (index.Node has __slots__), past the attribute lookup
+ * (the type's MRO walked per read: half of run_meta's time); any other type, or an unset slot,
+ * goes through PyObject_GetAttr. */
+static PyTypeObject *n_type;
+static Py_ssize_t off_depth = -1, off_parent = -1;
+
+static Py_ssize_t member_offset(PyTypeObject *t, PyObject *name) {
+    PyObject *d = PyObject_GetAttr((PyObject *)t, name);
+    Py_ssize_t off = -1;
+    if (d == NULL) PyErr_Clear();
+    else if (PyObject_TypeCheck(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX)
+        off = ((PyMemberDescrObject *)d)->d_member->offset;
+    Py_XDECREF(d);
+    return off;
+}
+
+static PyObject *node_get(PyObject *node, int which) {
+    if (Py_TYPE(node) != n_type) {
+        Py_XSETREF(n_type, (PyTypeObject *)Py_NewRef(Py_TYPE(node)));
+        off_depth = member_offset(n_type, s_depth);
+        off_parent = member_offset(n_type, s_parent);
+    }
+    Py_ssize_t off = which ? off_parent : off_depth;
+    PyObject *v = off >= 0 ? *(PyObject **)((char *)node + off) : NULL;
+    return v != NULL ? Py_NewRef(v) : PyObject_GetAttr(node, which ? s_parent : s_depth);
+}
+
+/* One stored block's parent and size (new references; None for a namespace root or an unknown
+ * key, 0 for a block the slot does not charge); -1 on an error. */
+static int block(PyObject *key, PyObject *nodes, PyObject *owners, PyObject **parent, PyObject **size) {
     Py_hash_t h = PyObject_Hash(key);
     if (h == -1) return -1;
     Py_ssize_t n = PyBytes_CheckExact(key) ? PyBytes_GET_SIZE(key) : 0;
@@ -118,11 +146,11 @@ static int block(PyObject *key, PyObject *nodes, PyObject *owners, PyObject **pa
     *parent = Py_NewRef(Py_None);
     if (node != NULL) {
         Py_INCREF(node);
-        PyObject *depth = PyObject_GetAttr(node, s_depth);
+        PyObject *depth = node_get(node, 0);
         int deep = depth ? PyObject_IsTrue(depth) : -1; /* depth > 0: depths are never negative */
         Py_XDECREF(depth);
         if (deep > 0) {
-            PyObject *p = PyObject_GetAttr(node, s_parent);
+            PyObject *p = node_get(node, 1);
             if (p == NULL) deep = -1;
             else Py_SETREF(*parent, p);
         }
@@ -138,15 +166,10 @@ static int block(PyObject *key, PyObject *nodes, PyObject *owners, PyObject **pa
         Py_CLEAR(*parent);
         return -1;
     }
-    *size = 0;
-    if (got != NULL && PyTuple_Check(got) && PyTuple_GET_SIZE(got) > 1) {
-        *size = PyLong_AsLongLong(PyTuple_GET_ITEM(got, 1));
-        if (*size == -1 && PyErr_Occurred()) {
-            Py_CLEAR(*parent);
-            return -1;
-        }
-    }
-    return 0;
+    if (got != NULL && PyTuple_Check(got) && PyTuple_GET_SIZE(got) > 1) *size = Py_NewRef(PyTuple_GET_ITEM(got, 1));
+    else *size = PyLong_FromLong(0);
+    if (*size == NULL) Py_CLEAR(*parent);
+    return *size == NULL ? -1 : 0;
 }
 
 /* 'a' for ("a", pos, key), 'c' for ("c", pos, [keys]) (a chain admitted at once: its keys as so
@@ -190,13 +213,16 @@ static int take(chain_t *c, PyObject *key, run_t *r, PyObject *cparent, PyObject
         look = PySet_Contains(r->gone, key);
         if (look < 0) goto fail;
     }
+    PyObject *sz = NULL;
     if (look) {
-        if (block(key, r->nodes, r->owners, &parent, &size) < 0) goto fail;
+        if (block(key, r->nodes, r->owners, &parent, &sz) < 0) goto fail;
     } else {
         parent = Py_NewRef(cparent);
-        size = PyLong_AsLongLong(csize);
-        if (size == -1 && PyErr_Occurred()) goto fail;
+        sz = Py_NewRef(csize);
     }
+    size = PyLong_AsLongLong(sz);
+    Py_DECREF(sz);
+    if (size == -1 && PyErr_Occurred()) goto fail;
     if ((kbytes = as_bytes(key, r->kb)) == NULL) goto fail;
     int took = 0;
     if (c->back != NULL && parent != Py_None) { /* parent == last: grows at the end */
@@ -322,13 +348,10 @@ PyObject *ctxcache_run_meta(PyObject *self, PyObject *args) {
     PyObject *ps = PyList_New(n), *zs = PyList_New(n);
     if (ps == NULL || zs == NULL) goto fail;
     for (Py_ssize_t j = 0; j < n; j++) {
-        PyObject *parent = NULL;
-        long long size = 0;
+        PyObject *parent = NULL, *size = NULL;
         if (block(PyList_GET_ITEM(keys, j), nodes, owners, &parent, &size) < 0) goto fail;
         PyList_SET_ITEM(ps, j, parent);
-        PyObject *z = PyLong_FromLongLong(size);
-        if (z == NULL) goto fail;
-        PyList_SET_ITEM(zs, j, z);
+        PyList_SET_ITEM(zs, j, size);
     }
     return Py_BuildValue("(NN)", ps, zs);
 fail:
