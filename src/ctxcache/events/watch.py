@@ -107,15 +107,18 @@ class EngineWatch:
             self._add(("c", pos, run, parents, sizes))
 
     def admitted(self, pos: int, key: Hashable) -> None:
-        if self.slow[pos]:
+        run = self._open
+        if run is not None and pos == self._open_pos:  # the hot path: a run is never a slow tier's
+            run.append(key)
+            return
+        slow = self.slow[pos]
+        if slow:
             m = self.e.placement.mover.pending.get(key)
             if m is not None and m.dst == pos:
                 return  # announced when it lands
-        if self._depth and self._chains:
-            if self._open is not None and self._open_pos == pos:
-                self._open.append(key)
-                return
+        if run is not None:
             self._close()
+        if self._depth and self._chains and not slow:
             self._open, self._open_pos = [key], pos
             return
         self._add(("a", pos, key))
