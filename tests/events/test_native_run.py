@@ -145,3 +145,36 @@ def test_a_captured_run_whose_blocks_left_before_the_flush_reads_them_at_flush()
         got = coalesce(recs, watch.resolve, getattr(watch, runs))
         assert got == coalesce(per_block, watch.resolve, watch.stored_run_py)
         assert any(getattr(ev, "size", None) == 0 for ev in got)  # the evicted blocks: read at flush
+
+
+def _workload(chains: bool, native: bool) -> list:
+    cache = ContextCache.from_config(
+        {"block_size": 4, "tiers": [{"kind": "memory", "capacity": "3KiB"}, {"kind": "memory", "capacity": "6KiB"}]}
+    )
+    sink = ListSink()
+    em = Emitter("w", [sink], epoch="e", clock=lambda: 0.0)
+    watch = EngineWatch(cache._engine, em)
+    watch.attach()
+    watch._chains = chains  # False: a record per block, as before runs
+    if not native:
+        em.runs = watch.stored_run_py
+    rng = random.Random(5)
+    for i in range(300):
+        base = rng.randrange(12) * 1000
+        n = rng.randint(1, 6)
+        toks = list(range(base, base + 4 * n))
+        if rng.random() < 0.3:
+            cache.release(cache.lookup(toks))
+        else:
+            cache.store(toks, [bytes([i % 251]) * rng.randint(100, 400) for _ in range(n)])
+        if rng.random() < 0.2:
+            em.flush()
+    em.flush()
+    return [(b.seq, b.events) for b in sink.batches]
+
+
+def test_runs_give_the_per_block_events_batch_by_batch_under_evictions_and_demotions():
+    want = _workload(False, True)
+    reasons = {getattr(e, "reason", None) for _, evs in want for e in evs}
+    assert sum(len(ev) for _, ev in want) > 100 and {"evicted", "demoted"} <= reasons
+    assert want == _workload(True, True) == _workload(True, False) == _workload(False, False)
