@@ -80,3 +80,21 @@ def test_a_broken_lane_drops_what_it_had_unanswered_and_resyncs(redis_url):
     _drain(pub)
     assert [int(f[b"q"]) for _, f in client.xrange("flb:{w}:s")][-1] == 5
     pub.close()
+
+
+def test_a_batch_the_encoder_refuses_goes_the_threads_way_and_the_lane_stays(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    pub = StreamsPublisher(client, "w", prefix="fle:")
+    pub.publish(_batch(1))
+    _drain(pub)
+    pub.publish(_batch(2))
+    assert pub._lane is not None and pub._lane.inflight  # on the lane, its reply not read yet
+    bad = EventBatch("w", "e1", 3, (BlockStored((b"k" * 16, b"k"), "ram"),), 1.0)  # mixed key widths
+    pub.publish(bad)
+    assert pub._q and pub._lane.conn is not None  # queued for the thread; the lane is as it was
+    deadline = time.monotonic() + 5
+    while not pub.stats()["errors"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pub.stats()["errors"] >= 1  # the thread's write fails as it always did
+    assert [int(f[b"q"]) for _, f in client.xrange("fle:{w}:s")] == [1, 2]
+    pub.close(timeout=0.5)

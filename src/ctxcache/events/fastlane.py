@@ -67,10 +67,10 @@ class FastLane:
 
     def send(self, b: EventBatch, register: bool) -> list[tuple[EventBatch | None, Any]]:
         """Send ``b``'s XADD; returns the replies that had come for earlier sends (raises LaneError)."""
+        data = self.command(b, register)  # first: a batch the encoder refuses leaves the lane as it was
         if self.conn is None:
             self._open()
         done = self.reap()
-        data = self.command(b, register)
         try:
             sent = self.native.fd_send(self.fd, data) if self.native is not None else self.sock.send(data)
         except (OSError, ValueError) as exc:

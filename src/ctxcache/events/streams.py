@@ -147,6 +147,8 @@ class StreamsPublisher:
         except LaneError as exc:
             self._lane_failed(exc)
             return False
+        except Exception:  # noqa: BLE001 - the encoder refused it: the thread's way, as before the lane
+            return False
         if register:
             self._registered = now
         return True
