@@ -19,6 +19,7 @@ snapshot (consumers that see the gap rebuild from it), and the batch goes the th
 from __future__ import annotations
 
 import select
+import sys
 import time
 from collections import deque
 from typing import Any
@@ -54,7 +55,8 @@ class FastLane:
         self.fd = -1
         self.inflight: deque[tuple[EventBatch | None, float]] = deque()  # None: a ZADD's reply
         self.buf = bytearray()
-        self.native = accel.native if accel.native is not None and hasattr(accel.native, "fd_send") else None
+        usable = accel.native is not None and hasattr(accel.native, "fd_send") and sys.platform != "win32"
+        self.native = accel.native if usable else None  # else Python's socket calls (they release the GIL)
 
     def command(self, b: EventBatch, register: bool) -> bytes:
         """The XADD (as redis-py writes ``xadd(stream, {q, e, t, v}, maxlen, approximate)``), and
