@@ -16,7 +16,8 @@
  *
  * The module also holds table_prefix (ctxcache_table.c): the router index's prefix query, whose
  * reference is the numpy path in src/ctxcache/router/index.py; and stored_run (ctxcache_events.c):
- * the KV events' per-block loop, whose reference is EngineWatch.stored_run_py (events/watch.py).
+ * the KV events' per-block loop, whose reference is EngineWatch.stored_run_py (events/watch.py); and
+ * encode_events (ctxcache_encode.c): their stream encoder for the hot kinds, codec.py's the reference.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -389,6 +390,10 @@ static PyObject *token_bytes(PyObject *self, PyObject *tokens) {
 PyObject *ctxcache_table_prefix(PyObject *self, PyObject *args); /* ctxcache_table.c: the router index */
 PyObject *ctxcache_table_upsert(PyObject *self, PyObject *args); /* ctxcache_table.c: its inserts */
 PyObject *ctxcache_stored_run(PyObject *self, PyObject *args);   /* ctxcache_events.c: the KV events */
+PyObject *ctxcache_run_meta(PyObject *self, PyObject *args);
+PyObject *ctxcache_encode_events(PyObject *self, PyObject *args); /* ctxcache_encode.c: their encoder */
+PyObject *ctxcache_fd_send(PyObject *self, PyObject *args);       /* ctxcache_encode.c: their fast lane */
+PyObject *ctxcache_fd_recv(PyObject *self, PyObject *args);
 
 static PyMethodDef methods[] = {
     {"token_bytes", token_bytes, METH_O, "as_token_array(tokens).tobytes(), or None: let keys.py decide."},
@@ -400,6 +405,11 @@ static PyMethodDef methods[] = {
      "table_upsert(lo_keys, hi_keys, lo, hi, cap, limit, max_used, used, out) -> (done, used, why)"},
     {"stored_run", ctxcache_stored_run, METH_VARARGS,
      "stored_run(records, i, pos, nodes, owners, tier, block_size, cls, kb, out) -> next i"},
+    {"run_meta", ctxcache_run_meta, METH_VARARGS, "run_meta(keys, nodes, owners) -> (parents, sizes)"},
+    {"encode_events", ctxcache_encode_events, METH_VARARGS,
+     "encode_events(events, version, stored_cls, removed_cls, reasons) -> bytes, or None: codec.encode_events"},
+    {"fd_send", ctxcache_fd_send, METH_VARARGS, "fd_send(fd, data) -> bytes sent, non-blocking, the GIL held"},
+    {"fd_recv", ctxcache_fd_recv, METH_VARARGS, "fd_recv(fd, n) -> bytes (b'' at EOF) or None, non-blocking, the GIL held"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,7 +11,7 @@ import pytest
 from ctxcache import accel
 from ctxcache.cache import ContextCache
 from ctxcache.events.emitter import Emitter, ListSink, coalesce
-from ctxcache.events.watch import EngineWatch
+from ctxcache.events.watch import EngineWatch, _lookup
 
 pytestmark = pytest.mark.skipif(accel.native is None, reason="ctxcache._native not built")
 
@@ -81,3 +81,100 @@ def test_str_keys_go_through_key_bytes_and_bad_keys_raise_as_the_reference():
         coalesce(bad, watch.resolve, watch.stored_run_py)
     with pytest.raises(type(ref.value)):
         coalesce(bad, watch.resolve, watch.stored_run)
+
+
+def _grouped(rng: random.Random, recs: list[tuple], watch: EngineWatch) -> list[tuple]:
+    """The same records with runs of stores to one tier folded into "c" records at random, as
+    EngineWatch.begin/end hands a store's keys over; half of them with the parents and sizes
+    captured (EngineWatch._close: what the lookups give now, as nothing changes the state here)."""
+    out: list[tuple] = []
+    for rec in recs:
+        prev = out[-1] if out else None
+        if rec[0] == "a" and prev is not None and prev[0] == "c" and prev[1] == rec[1] and rng.random() < 0.8:
+            prev[2].append(rec[2])
+        elif rec[0] == "a" and rng.random() < 0.6:
+            out.append(("c", rec[1], [rec[2]]))
+        else:
+            out.append(rec)
+    e = watch.e
+    for j, rec in enumerate(out):
+        if rec[0] == "c" and rng.random() < 0.5:
+            nodes, owners = e.index.shards, e.slots[rec[1]].owners.shards
+            meta = [_lookup(k, nodes, owners) for k in rec[2]]
+            out[j] = (*rec, [m[0] for m in meta], [m[1] for m in meta])
+    return out
+
+
+def test_chain_records_read_as_their_keys_one_by_one_both_ways():
+    watch, chains = _setup()
+    rng = random.Random(11)
+    for _ in range(400):
+        recs = _records(rng, chains)
+        want = coalesce(recs, watch.resolve, watch.stored_run_py)
+        grouped = _grouped(rng, recs, watch)
+        assert coalesce(grouped, watch.resolve, watch.stored_run_py) == want, grouped
+        assert coalesce(grouped, watch.resolve, watch.stored_run) == want, grouped
+
+
+def test_a_store_hands_its_chain_over_in_one_record_with_the_same_events():
+    cache = ContextCache.from_config({"block_size": 4, "tiers": [{"kind": "memory", "capacity": "64MiB"}]})
+    watch = EngineWatch(cache._engine, Emitter("w", [ListSink()]))
+    watch.attach()
+    cache.store(list(range(16)), [b"a" * 10] * 4)
+    cache.store(list(range(24)), [b"a" * 10] * 6)  # extends the first: 2 new blocks
+    recs = list(watch.em._records)
+    assert [r[0] for r in recs] == ["c", "c"] and [len(r[2]) for r in recs] == [4, 2]
+    per_block = [("a", r[1], k) for r in recs for k in r[2]]
+    got = coalesce(recs, watch.resolve, watch.stored_run)
+    assert got == coalesce(per_block, watch.resolve, watch.stored_run_py)
+    assert [len(ev.keys) for ev in got] == [6]  # one chain, grown at its end, as block by block
+
+
+def test_a_captured_run_whose_blocks_left_before_the_flush_reads_them_at_flush():
+    """Store 1's blocks are evicted by store 2 within one batch: their "x" records follow store 1's
+    run, so its events show what a lookup at flush shows (no size, no parent), as block by block."""
+    for runs in ("stored_run", "stored_run_py"):
+        cache = ContextCache.from_config({"block_size": 4, "tiers": [{"kind": "memory", "capacity": "2KiB"}]})
+        watch = EngineWatch(cache._engine, Emitter("w", [ListSink()]))
+        watch.attach()
+        cache.store(list(range(16)), [b"a" * 300] * 4)
+        cache.store(list(range(100, 116)), [b"b" * 300] * 4)
+        recs = list(watch.em._records)
+        assert [r[0] for r in recs][0] == "c" and len(recs[0]) == 5 and "x" in [r[0] for r in recs]
+        per_block = [x for r in recs for x in ([("a", r[1], k) for k in r[2]] if r[0] == "c" else [r])]
+        got = coalesce(recs, watch.resolve, getattr(watch, runs))
+        assert got == coalesce(per_block, watch.resolve, watch.stored_run_py)
+        assert any(getattr(ev, "size", None) == 0 for ev in got)  # the evicted blocks: read at flush
+
+
+def _workload(chains: bool, native: bool) -> list:
+    cache = ContextCache.from_config(
+        {"block_size": 4, "tiers": [{"kind": "memory", "capacity": "3KiB"}, {"kind": "memory", "capacity": "6KiB"}]}
+    )
+    sink = ListSink()
+    em = Emitter("w", [sink], epoch="e", clock=lambda: 0.0)
+    watch = EngineWatch(cache._engine, em)
+    watch.attach()
+    watch._chains = chains  # False: a record per block, as before runs
+    if not native:
+        em.runs = watch.stored_run_py
+    rng = random.Random(5)
+    for i in range(300):
+        base = rng.randrange(12) * 1000
+        n = rng.randint(1, 6)
+        toks = list(range(base, base + 4 * n))
+        if rng.random() < 0.3:
+            cache.release(cache.lookup(toks))
+        else:
+            cache.store(toks, [bytes([i % 251]) * rng.randint(100, 400) for _ in range(n)])
+        if rng.random() < 0.2:
+            em.flush()
+    em.flush()
+    return [(b.seq, b.events) for b in sink.batches]
+
+
+def test_runs_give_the_per_block_events_batch_by_batch_under_evictions_and_demotions():
+    want = _workload(False, True)
+    reasons = {getattr(e, "reason", None) for _, evs in want for e in evs}
+    assert sum(len(ev) for _, ev in want) > 100 and {"evicted", "demoted"} <= reasons
+    assert want == _workload(True, True) == _workload(True, False) == _workload(False, False)

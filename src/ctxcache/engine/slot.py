@@ -45,6 +45,11 @@ class Watcher(Protocol):
 
     def landed(self, pos: int, key: Hashable) -> None: ...
 
+    def begin(self) -> None:
+        """A store starts: what it tells until ``end`` may be recorded in runs (same order)."""
+
+    def end(self) -> None: ...
+
 
 @dataclass(slots=True)
 class Counters:

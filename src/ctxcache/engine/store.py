@@ -36,18 +36,25 @@ def store(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int =
     top, pl, tenant = e.slots[0], e.placement, prompt.namespace.tenant
     with e.lock:
         _check_pinned(e, tenant, sizes)
-        got = _place(e, prompt, keys, payloads, blobs, sizes, first_block)
-        if got is None:
-            return Usage()
-        placed, walked = got
-        size_of: dict[Hashable, int] = dict(zip(keys[first_block:], sizes))
-        top.admit_chain([n.key for n in reversed(placed)], [size_of[n.key] for n in reversed(placed)], tenant)
-        _refresh(e, keys[:walked], tenant)
-        if e.through and placed:  # before drain: a block it demotes finds its copy queued
-            copy_down(pl, e.through, placed, payloads, blobs, first_block, tenant)
-        e.counters.stores += 1
-        e.counters.stored_blocks += len(placed)
-        pl.drain()
+        watch = top.watch
+        if watch is not None:  # the KV events: the chain's keys in one record, not one each
+            watch.begin()
+        try:
+            got = _place(e, prompt, keys, payloads, blobs, sizes, first_block)
+            if got is None:
+                return Usage()
+            placed, walked = got
+            size_of: dict[Hashable, int] = dict(zip(keys[first_block:], sizes))
+            top.admit_chain([n.key for n in reversed(placed)], [size_of[n.key] for n in reversed(placed)], tenant)
+            _refresh(e, keys[:walked], tenant)
+            if e.through and placed:  # before drain: a block it demotes finds its copy queued
+                copy_down(pl, e.through, placed, payloads, blobs, first_block, tenant)
+            e.counters.stores += 1
+            e.counters.stored_blocks += len(placed)
+            pl.drain()
+        finally:
+            if watch is not None:
+                watch.end()
         backlog = top.slow and pl.mover.buffered > pl.write_buffer
     if backlog:  # a slow top tier has no faster tier to absorb writes: wait, outside the lock
         pl.mover.wait_buffer(pl.write_buffer)

@@ -23,6 +23,7 @@ import struct
 from array import array
 from typing import cast
 
+from .. import accel
 from ..errors import CtxCacheError
 from .model import (
     REMOVE_REASONS,
@@ -64,6 +65,18 @@ def _keys(keys: tuple[bytes, ...]) -> bytes:
 
 
 def encode_events(events: tuple[Event, ...]) -> bytes:
+    """The batch's bytes: compiled (native/ctxcache_encode.c) for BlockStored without token ids
+    and BlockRemoved, the publisher's every batch; ``encode_events_py`` for the rest, and the
+    reference (tests/events/test_native_encode.py checks both)."""
+    native = accel.native
+    if native is not None and events.__class__ is tuple:
+        got = native.encode_events(events, VERSION, BlockStored, BlockRemoved, REMOVE_REASONS)
+        if got is not None:
+            return cast(bytes, got)
+    return encode_events_py(events)
+
+
+def encode_events_py(events: tuple[Event, ...]) -> bytes:
     out = [_HEAD.pack(VERSION, len(events))]
     for ev in events:
         if isinstance(ev, BlockStored):

@@ -55,7 +55,8 @@ class ListSink:
 
 # A record: ("s", tier, key, parent, block_size, size, tokens) | ("r", tier, key, reason) | ("e", event),
 # or one the emitter's ``resolve`` turns into an "s" or "r" at flush time (EngineWatch's "a" and "x":
-# what the engine thread deferred).
+# what the engine thread deferred), or a run of stores ``runs`` turns into events ("a", and "c": a
+# chain's keys in one record).
 Record = tuple[Any, ...]
 Resolve = Callable[[Record], Record]
 Runs = Callable[[Sequence[Record], int, list[Event]], int]  # events of the run at i appended; next i
@@ -97,7 +98,7 @@ class _Chain:
 
 def coalesce(records: Sequence[Record], resolve: Resolve | None = None, runs: Runs | None = None) -> list[Event]:
     """Records in order, as few events as keep that order. ``runs`` turns a run of deferred
-    stores ("a") into events at once; ``resolve`` turns any other deferred record into an "s"/"r"."""
+    stores ("a", "c") into events at once; ``resolve`` turns any other deferred record into an "s"/"r"."""
     out: list[Event] = []
     chain: _Chain | None = None
     gone: tuple[str, str, list[bytes]] | None = None
@@ -114,7 +115,7 @@ def coalesce(records: Sequence[Record], resolve: Resolve | None = None, runs: Ru
     while i < n:
         rec = records[i]
         kind = rec[0]
-        if kind == "a" and runs is not None:
+        if (kind == "a" or kind == "c") and runs is not None:
             close()
             i = runs(records, i, out)
             continue

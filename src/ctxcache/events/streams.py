@@ -29,6 +29,7 @@ from typing import Any, cast
 
 from ..errors import ConfigError, MissingDependencyError
 from .codec import encode_events
+from .fastlane import MAX_INFLIGHT, REAP_S, FastLane, LaneError
 from .model import EventBatch
 from .state import WorkerView, encode_snapshot
 
@@ -92,6 +93,8 @@ class StreamsPublisher:
         snapshot_every_s: float = 10.0,
     ) -> None:
         self.client, self.worker, self.prefix = client, check_worker(worker), prefix
+        kw = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+        self._timeout = float(kw.get("socket_timeout") or 2.0)  # the lane waits this long for a reply
         self.maxlen, self.buffer, self.snapshot_every_s = maxlen, buffer, snapshot_every_s
         self.stream, self.snap = stream_key(prefix, worker), snapshot_key(prefix, worker)
         self.view = WorkerView(worker)
@@ -108,6 +111,8 @@ class StreamsPublisher:
         # The direct XADD path (``_xadd``): only for redis-py's single-node client, whose pool it uses.
         self._direct = hasattr(client, "connection_pool") and type(client).__name__ == "Redis"
         self._conn: Any = None
+        # The fast lane (events/fastlane.py): XADDs sent from ``publish`` itself while all is well.
+        self._lane = FastLane(client, self.stream, maxlen, registry_key(prefix), worker) if self._direct else None
         self._thread = threading.Thread(target=self._run, name=f"ctxcache-events-{worker}", daemon=True)
         self._thread.start()
 
@@ -122,23 +127,90 @@ class StreamsPublisher:
                 self.dropped += len(batch.events)
                 self._resync = True
                 return
+            if self._fast(batch):
+                return
             self._q.append(batch)
             self._cond.notify()
+
+    def _fast(self, batch: EventBatch) -> bool:
+        """Send ``batch`` on the fast lane if all is well (under the lock): True if sent."""
+        lane = self._lane
+        if (
+            lane is None or self._q or self._resync or self._stop or self._down_since is not None
+            or len(lane.inflight) >= MAX_INFLIGHT
+        ):  # fmt: skip
+            return False
+        now = time.monotonic()
+        register = now - self._registered >= REGISTER_S
+        try:
+            self._answered(lane.send(batch, register))
+        except LaneError as exc:
+            self._lane_failed(exc)
+            return False
+        except Exception:  # noqa: BLE001 - the encoder refused it: the thread's way, as before the lane
+            return False
+        if register:
+            self._registered = now
+        return True
+
+    def _answered(self, replies: list[tuple[EventBatch | None, Any]]) -> None:
+        for b, reply in replies:
+            if b is not None:
+                self.published += len(b.events)
+                self.last_id = (
+                    reply.decode()
+                )  # no notify: close() polls, and a wake-up per batch is what the lane saves
+
+    def _lane_failed(self, exc: Exception) -> None:
+        """The lane is closed: its unanswered batches count as dropped, and a snapshot follows."""
+        assert self._lane is not None
+        lost = self._lane.close()
+        self.errors += 1
+        self.dropped += sum(len(b.events) for b in lost)
+        self._resync = True
+        log.info("events: the fast lane failed (%s); %d batches unanswered", exc, len(lost))
+
+    def _reap(self, wait: bool) -> bool:
+        """The publisher's thread: read the lane's outstanding replies (``wait``: for up to the
+        socket's timeout, without the lock). True when none is outstanding."""
+        lane = self._lane
+        if lane is None:
+            return True
+        with self._cond:
+            oldest = lane.oldest()
+        if oldest is None:
+            return True
+        if wait or time.monotonic() - oldest >= REAP_S:
+            deadline = oldest + (self._timeout if wait else REAP_S)
+            lane.wait(max(0.0, deadline - time.monotonic()))
+            with self._cond:
+                try:
+                    self._answered(lane.reap())
+                except LaneError as exc:
+                    self._lane_failed(exc)
+                if wait and lane.inflight and time.monotonic() >= oldest + self._timeout:
+                    self._lane_failed(LaneError("no reply within the socket timeout"))
+                return not lane.inflight
+        return False
 
     def close(self, timeout: float = 2.0) -> None:
         """Write what is queued (for ``timeout`` at most: Redis may be down), then stop."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._q and time.monotonic() < deadline and self._down_since is None:
+            while (self._q or self._lane_busy()) and time.monotonic() < deadline and self._down_since is None:
                 self._cond.wait(0.05)
             self._stop = True
             self._cond.notify_all()
         self._thread.join(timeout)
 
+    def _lane_busy(self) -> bool:
+        return self._lane is not None and bool(self._lane.inflight)
+
     def stats(self) -> dict[str, Any]:
+        queued = len(self._q) + (sum(b is not None for b, _ in list(self._lane.inflight)) if self._lane else 0)
         return {
             "published": self.published, "dropped": self.dropped, "errors": self.errors,
-            "snapshots": self.snapshots, "queued": len(self._q), "down": self._down_since is not None,
+            "snapshots": self.snapshots, "queued": queued, "down": self._down_since is not None,
         }  # fmt: skip
 
     # --- the thread -------------------------------------------------------------------------------
@@ -149,17 +221,31 @@ class StreamsPublisher:
             if self._conn is not None:
                 self.client.connection_pool.release(self._conn)
                 self._conn = None
+            if self._lane is not None:
+                with self._cond:
+                    self._lane.close()
 
     def _loop(self) -> None:
         while True:
             with self._cond:
                 due = self._snap_due()
                 while not self._q and not self._stop and not due:
-                    self._cond.wait(0.2)
+                    self._cond.wait(REAP_S if self._lane_busy() else 0.2)
+                    if self._lane_busy():
+                        break  # its replies are read below, outside the lock
                     due = self._snap_due()
-                if self._stop and not self._q:
+                if self._stop and not self._q and not self._lane_busy():
                     return
                 todo = list(self._q)[:PIPELINE]
+            # The lane's replies first: the queue's entries go after its (a snapshot may lag: its
+            # stream id is older than its seq, and consumers skip the entries its view holds).
+            if todo or self._stop:
+                if not self._reap(wait=True):
+                    continue
+            else:
+                self._reap(wait=False)
+            if not todo and not due:
+                continue
             try:
                 if todo:
                     self._write(todo)

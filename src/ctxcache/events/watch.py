@@ -5,7 +5,8 @@ A write queued to a slow tier is announced when it lands (``landed``, from the m
 queued: a consumer that reads "stored in redis" may fetch the block at once. Everything else is
 announced as the slot records it (``admitted``, ``left``), under the engine's lock.
 
-The engine thread only appends ``("a", pos, key)`` (stored) or ``("x", pos, key, reason)``
+The engine thread only appends ``("a", pos, key)`` (stored; ``("c", pos, [key, ...])`` for the keys
+a store charges to one tier in a row: ``begin``/``end``) or ``("x", pos, key, reason)``
 (removed; the reason is read now, while the placement that explains it is current) to the
 emitter's queue. Tier names, key bytes, the parent key, the size and the token ids are looked up
 by ``resolve`` on the emitter's thread at flush, ``flush_s`` later: a block's parent and tokens
@@ -35,6 +36,14 @@ def _kb(key: Hashable | None) -> bytes | None:
     return None if key is None else key_bytes(key)
 
 
+def _lookup(key: Any, nodes: list[dict[Any, Any]], owners: list[dict[Any, Any]]) -> tuple[Any, int]:
+    """A stored block's parent (engine form; None at a namespace root or for an unknown key) and
+    size, from the index's and the owners' shards read inline (shardmap.index_shard / owner_shard)."""
+    node = nodes[key[-1] if key.__class__ is bytes and key else hash(key) % 251].get(key)
+    got = owners[hash(key) % 239].get(key)
+    return (node.parent if node is not None and node.depth > 0 else None), (got[1] if got else 0)
+
+
 class EngineWatch:
     def __init__(self, engine: Engine, emitter: Emitter, *, token_ids: bool = False) -> None:
         self.e, self.em, self.token_ids = engine, emitter, token_ids
@@ -43,11 +52,16 @@ class EngineWatch:
         self._healthy = [s.tier.healthy for s in engine.slots]
         self.lost = self.recovered = 0
         self._add = emitter._add
+        # A store's run of charged keys (``begin``/``end``): the engine thread's, under its lock.
+        self._depth, self._open_pos = 0, 0
+        self._open: list[Hashable] | None = None
+        self._chains = False  # "c" records only where ``runs`` reads them (not with token ids)
 
     def attach(self) -> None:
         self.em.resolve = self.resolve
         if not self.token_ids:  # with token ids, each record goes through resolve
             self.em.runs = self.stored_run if accel.native is not None else self.stored_run_py
+            self._chains = True
         with self.e.lock:
             for slot in self.e.slots:
                 slot.watch = self
@@ -59,17 +73,64 @@ class EngineWatch:
                 slot.watch = None
 
     # --- Watcher -------------------------------------------------------------------------------------
+    def begin(self) -> None:
+        """A store starts (under the engine's lock): the keys it charges to one tier in a row go
+        to the emitter as one ``("c", pos, keys)`` record, at ``end`` or before any other record
+        (so the records read in the same order), instead of an ``("a", pos, key)`` each."""
+        self._depth += 1
+
+    def end(self) -> None:
+        self._depth -= 1
+        if not self._depth:
+            self._close()
+
+    def _close(self) -> None:
+        """The open run as ``("c", pos, keys, parents, sizes)``: what ``stored_run`` would look up
+        for each key, read now, while it is in this thread's cache (on the emitter's thread those
+        lookups were ~1 µs a block of cache misses). Nothing left since the keys were charged (a
+        removal closes the run first), so the values are the same; a key removed before the flush
+        has an "x" record after the run, and ``stored_run`` looks that one up at flush as before."""
+        run = self._open
+        if run is not None:
+            self._open = None
+            pos = self._open_pos
+            nodes, owners = self.e.index.shards, self.e.slots[pos].owners.shards
+            native = accel.native
+            if native is not None:
+                parents, sizes = native.run_meta(run, nodes, owners)
+            else:
+                parents, sizes = [], []
+                for key in run:
+                    parent, size = _lookup(key, nodes, owners)
+                    parents.append(parent)
+                    sizes.append(size)
+            self._add(("c", pos, run, parents, sizes))
+
     def admitted(self, pos: int, key: Hashable) -> None:
-        if self.slow[pos]:
+        run = self._open
+        if run is not None and pos == self._open_pos:  # the hot path: a run is never a slow tier's
+            run.append(key)
+            return
+        slow = self.slow[pos]
+        if slow:
             m = self.e.placement.mover.pending.get(key)
             if m is not None and m.dst == pos:
                 return  # announced when it lands
+        if run is not None:
+            self._close()
+        if self._depth and self._chains and not slow:
+            self._open, self._open_pos = [key], pos
+            return
         self._add(("a", pos, key))
 
     def landed(self, pos: int, key: Hashable) -> None:
+        if self._open is not None:
+            self._close()
         self._add(("a", pos, key))
 
     def left(self, pos: int, key: Hashable) -> None:
+        if self._open is not None:
+            self._close()
         reason = cast(RemoveReason, self.e.leaving) if self.e.leaving else self._reason(pos, key)
         self._add(("x", pos, key, reason))
 
@@ -109,7 +170,7 @@ class EngineWatch:
         )  # fmt: skip
 
     def stored_run_py(self, records: Sequence[tuple[Any, ...]], i: int, out: list[Event]) -> int:
-        """The deferred stores from ``records[i]`` on, to one tier: one BlockStored per chain (grown
+        """The deferred stores ("a", and "c": a run of keys) from ``records[i]`` on, to one tier: one BlockStored per chain (grown
         at either end, as ``emitter._Chain``), in one loop. Returns the index after the run. The
         reference for the compiled ``stored_run`` and the fallback without it."""
         pos, n = records[i][1], len(records)
@@ -125,27 +186,33 @@ class EngineWatch:
         top: Any = None  # the chain's parent key and its last key (engine form)
         last: Any = None
         size = 0
+        gone: set[Any] | None = None  # keys removed after a captured run: looked up at flush
         while i < n:
             rec = records[i]
-            if rec[0] != "a" or rec[1] != pos:
+            if rec[0] not in ("a", "c") or rec[1] != pos:
                 break
             i += 1
-            key = rec[2]
-            node = nodes[key[-1] if key.__class__ is bytes and key else hash(key) % 251].get(key)
-            parent = node.parent if node is not None and node.depth > 0 else None  # a root names the namespace
-            got = owners[hash(key) % 239].get(key)
-            kb = key if key.__class__ is bytes else key_bytes(key)
-            if keys and parent is not None and parent == last:
-                keys.append(kb)
-                last = key
-            elif keys and top is not None and key == top:
-                keys.appendleft(kb)
-                top = parent
-            else:
-                if keys:
-                    out.append(BlockStored(tuple(keys), tier, _kb(top), bs, size))
-                keys, top, last, size = deque((kb,)), parent, key, 0
-            size += got[1] if got else 0
+            run = (rec[2],) if rec[0] == "a" else rec[2]  # "c": a chain's keys, as so many "a"s
+            meta = rec[3:5] if len(rec) >= 5 else None  # "c" as EngineWatch._close writes it: captured
+            if meta is not None and gone is None:
+                gone = {r[2] for r in records[i:] if r[0] == "x"}
+            for j, key in enumerate(run):
+                if meta is not None and key not in gone:  # type: ignore[operator]
+                    parent, got = meta[0][j], meta[1][j]
+                else:
+                    parent, got = _lookup(key, nodes, owners)
+                kb = key if key.__class__ is bytes else key_bytes(key)
+                if keys and parent is not None and parent == last:
+                    keys.append(kb)
+                    last = key
+                elif keys and top is not None and key == top:
+                    keys.appendleft(kb)
+                    top = parent
+                else:
+                    if keys:
+                        out.append(BlockStored(tuple(keys), tier, _kb(top), bs, size))
+                    keys, top, last, size = deque((kb,)), parent, key, 0
+                size += got
         out.append(BlockStored(tuple(keys), tier, _kb(top), bs, size))
         return i
 
