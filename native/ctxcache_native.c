@@ -388,6 +388,7 @@ static PyObject *token_bytes(PyObject *self, PyObject *tokens) {
 
 PyObject *ctxcache_table_prefix(PyObject *self, PyObject *args); /* ctxcache_table.c: the router index */
 PyObject *ctxcache_stored_run(PyObject *self, PyObject *args);   /* ctxcache_events.c: the KV events */
+int ctxcache_add_order(PyObject *m);                            /* ctxcache_order.c: the LRU/FIFO order */
 
 static PyMethodDef methods[] = {
     {"token_bytes", token_bytes, METH_O, "as_token_array(tokens).tobytes(), or None: let keys.py decide."},
@@ -414,7 +415,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddStringConstant(m, "XXH_VERSION", "0.8.2") < 0 ||
-        PyModule_AddStringConstant(m, "BLAKE3_VERSION", BLAKE3_VERSION_STRING) < 0) {
+        PyModule_AddStringConstant(m, "BLAKE3_VERSION", BLAKE3_VERSION_STRING) < 0 || ctxcache_add_order(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -37,6 +37,7 @@ def sources() -> tuple[list[Path], list[str]]:
         SRC / "ctxcache_native.c",
         SRC / "ctxcache_table.c",
         SRC / "ctxcache_events.c",
+        SRC / "ctxcache_order.c",
         *(BLAKE3 / f for f in ("blake3.c", "blake3_dispatch.c", "blake3_portable.c")),
     ]
     machine = platform.machine().lower()
