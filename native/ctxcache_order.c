@@ -58,7 +58,8 @@ static inline uint64_t mix(Py_hash_t h) { /* splitmix64's finalizer: ints hash t
     return x ^ (x >> 31);
 }
 
-/* The cell index holding ``key`` in its shard, or -1 (not there) or -2 (an error in __eq__). */
+/* The cell index holding ``key`` in its shard, or -1 (not there) or -2 (an error in __eq__, or an
+ * __eq__ that changed the order: its tables may have been reallocated under the probe). */
 static Py_ssize_t find(Order *o, PyObject *key, Py_hash_t hash, Shard **sh_out) {
     uint64_t m = mix(hash);
     Shard *sh = &o->shards[m >> (64 - SHARD_BITS)];
@@ -71,8 +72,13 @@ static Py_ssize_t find(Order *o, PyObject *key, Py_hash_t hash, Shard **sh_out) 
         if ((uint32_t)(c >> 32) == lo) {
             Entry *e = E(o, (uint32_t)c - 1);
             if (e->key == key) return i;
-            if (e->hash == hash) {
+            if (e->hash == hash) { /* equal hashes, other objects: __eq__ may run Python code */
+                uint64_t v = o->version;
                 int eq = PyObject_RichCompareBool(e->key, key, Py_EQ);
+                if (eq >= 0 && o->version != v) {
+                    PyErr_SetString(PyExc_RuntimeError, "a key's __eq__ changed the LRU/FIFO order");
+                    return -2;
+                }
                 if (eq < 0) return -2;
                 if (eq) return i;
             }

@@ -142,6 +142,21 @@ def test_a_callback_that_changes_the_order_is_refused():
     with pytest.raises(TypeError):
         lru.on_insert([1])  # unhashable, as in a dict
 
+    class Meddler:
+        """Hashes like 7, and its __eq__ inserts keys (its table may grow under the probe)."""
+
+        def __hash__(self) -> int:
+            return 7
+
+        def __eq__(self, other: object) -> bool:
+            for k in range(100, 200):
+                lru.on_insert(k)
+            return False
+
+    lru.on_insert(7)
+    with pytest.raises(RuntimeError):
+        lru.on_insert(Meddler())
+
 
 def test_no_native_switch_gives_the_python_order():
     accel.use_native(False)
