@@ -255,8 +255,12 @@ static PyObject *on_hit(Order *o, PyObject *key) {
 static PyObject *on_hits(Order *o, PyObject *keys) {
     if (PyList_CheckExact(keys) || PyTuple_CheckExact(keys)) {
         if (!o->move_on_hit) Py_RETURN_NONE;
-        for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(keys); j++)
-            if (hit_one(o, PySequence_Fast_GET_ITEM(keys, j)) < 0) return NULL;
+        for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(keys); j++) { /* a key's __eq__ may change the list */
+            PyObject *key = Py_NewRef(PySequence_Fast_GET_ITEM(keys, j));
+            int r = hit_one(o, key);
+            Py_DECREF(key);
+            if (r < 0) return NULL;
+        }
         Py_RETURN_NONE;
     }
     PyObject *it = PyObject_GetIter(keys), *key;
