@@ -214,6 +214,7 @@ def test_use_native_switches_later_hashers(monkeypatch):
     assert BlockHasher(4)._native is None and accel.describe()["key_walk"] == "python"
     accel.use_native(True)
     assert BlockHasher(4)._native is native and accel.describe()["key_walk"] == "native"
+    assert accel.describe()["lru_fifo_order"] == "native"
 
 
 @active
@@ -227,3 +228,4 @@ def test_cli_reports_and_switches_the_key_walk(monkeypatch):
     assert "key walk: native (built)" in CliRunner().invoke(app, ["version"]).output
     res = CliRunner().invoke(app, ["--no-native", "version"])
     assert res.exit_code == 0 and "key walk: python (disabled (--no-native))" in res.output
+    assert "LRU/FIFO order: python" in res.output

@@ -16,7 +16,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxcache import ContextCache
+from ctxcache import ContextCache, accel
 from ctxcache.index import RadixIndex
 from ctxcache.shardmap import NSHARDS, ORDER_SHARDS, SELECTORS, ShardedDict
 
@@ -112,7 +112,7 @@ def test_cache_store_path_adds_no_gc_tracked_objects_per_block():
     assert len(gc.get_objects()) - before < 1000
     # Nor a big tracked container: each full collection would read every entry (0.5 s at 7 M).
     e = cache._engine
-    maps = e.index.shards + e.slots[0].policy._shards + e.slots[0].owners.shards + e.tiers[0]._data.shards
+    maps = e.index.shards + order_shards(e.slots[0].policy) + e.slots[0].owners.shards + e.tiers[0]._data.shards
     assert not any(gc.is_tracked(m) for m in maps)
 
 
@@ -133,8 +133,8 @@ def test_removed_nodes_are_released_and_maps_emptied():
     slot, tier = e.slots[0], e.tiers[0]
     assert len(e.index) == 0 and len(tier) == 0 and len(slot.owners) == 0 and len(slot.policy) == 0
     assert tier.used_bytes == 0 and slot.by_tenant == {}
-    assert all(not s for s in tier._sizes.shards) and all(not od for od in slot.policy._shards)
-    assert len(slot.policy._heap) <= ORDER_SHARDS  # at most one entry per shard, never one per key
+    assert all(not s for s in tier._sizes.shards) and all(not od for od in order_shards(slot.policy))
+    assert len(getattr(slot.policy, "_heap", ())) <= ORDER_SHARDS  # at most one entry per shard, never one per key
 
 
 # The module whose hot paths inline each owner's selector (it owns that map, or walks it).
@@ -187,19 +187,31 @@ def test_every_inlined_shard_choice_is_its_owners_selector():
     assert set(copies) == set(INLINED) and sum(copies.values()) >= 20  # every owner still inlines
 
 
+def order_shards(policy: object) -> list[dict]:
+    """The pure-Python LRU/FIFO order's dicts; none when the compiled order runs
+    (native/ctxcache_order.c: its own shard tables, keys outside the GC; tests/policies/test_native_order.py)."""
+    return getattr(policy, "_shards", [])
+
+
+def python_cache() -> ContextCache:
+    """A cache made with the pure-Python key walk and order (``--no-native``): its order is dicts."""
+    accel.use_native(False)
+    try:
+        return ContextCache.from_config({"block_size": 4, "tiers": [{"kind": "memory", "capacity": "64MiB"}]})
+    finally:
+        accel.use_native(True)  # back to the compiled module when it is built and not disabled
+
+
 def _maps(cache: ContextCache) -> dict[str, list]:
     e = cache._engine
     slot = e.slots[0]
-    return {
-        "index": e.index.shards,
-        "tier": e.tiers[0]._data.shards,
-        "owners": slot.owners.shards,
-        "order": slot.policy._shards,
-    }
+    maps = {"index": e.index.shards, "tier": e.tiers[0]._data.shards, "owners": slot.owners.shards}
+    return maps | ({"order": order_shards(slot.policy)} if order_shards(slot.policy) else {})
 
 
 def test_each_map_files_a_key_by_its_own_selector():
-    """Inlined writes, generic reads and the selector a map was built with all agree, per map."""
+    """Inlined writes, generic reads and the selector a map was built with all agree, per map
+    (the order's dicts only where the pure-Python order runs)."""
     cache = ContextCache.from_config({"block_size": 4, "tiers": [{"kind": "memory", "capacity": "64MiB"}]})
     toks = list(range(4 * 300))
     cache.store(toks, [b"x"] * 300)
@@ -225,8 +237,9 @@ def test_no_insert_resizes_the_shards_of_two_maps_at_once():
     inserts: here, of ~3,600 shard resizes in 45,000 inserts, 6-9 % share their insert with
     another map's. Three maps select by ``hash(key)``, which differs per process
     (PYTHONHASHSEED): over 200 seeds, at most 8 inserts touched three maps, and 9 seeds had one
-    insert that touched all four (one selector for all: ~500 such inserts)."""
-    cache = ContextCache.from_config({"block_size": 4, "tiers": [{"kind": "memory", "capacity": "64MiB"}]})
+    insert that touched all four (one selector for all: ~500 such inserts). The pure-Python order
+    here; the compiled one picks its shard tables by other bits (a mix of the hash's top bits)."""
+    cache = python_cache()
     e = cache._engine
     slot, tier, maps = e.slots[0], e.tiers[0], _maps(cache)
     picks = [(SELECTORS[o], maps[o]) for o in ("index", "tier", "owners", "order")]

@@ -1,4 +1,4 @@
-"""Build ctxcache._native (native/ctxcache_native.c) next to the package, in place.
+"""Build ctxcache._native (native/*.c) next to the package, in place.
 
     python tools/build_native.py           # build if a source is newer than the module
     python tools/build_native.py --force   # rebuild
@@ -6,7 +6,8 @@
     python tools/build_native.py --strict  # a failed build is an error (else a warning, exit 0)
 
 `make install` runs it. A machine without a C compiler still installs: the build is skipped with a
-warning and ctxcache runs its pure-Python key walk (docs/ARCHITECTURE.md, "The native module").
+warning and ctxcache runs its pure-Python key walk and LRU/FIFO order (docs/ARCHITECTURE.md,
+"The native module").
 The compiler, flags and file suffix come from the running interpreter (sysconfig), as setuptools
 would take them; objects go to build/native/.
 """
@@ -38,6 +39,7 @@ def sources() -> tuple[list[Path], list[str]]:
         SRC / "ctxcache_table.c",
         SRC / "ctxcache_events.c",
         SRC / "ctxcache_encode.c",
+        SRC / "ctxcache_order.c",
         *(BLAKE3 / f for f in ("blake3.c", "blake3_dispatch.c", "blake3_portable.c")),
     ]
     machine = platform.machine().lower()
@@ -89,7 +91,7 @@ def main() -> int:
     a = ap.parse_args()
     if a.clean:
         OUT.unlink(missing_ok=True)
-        print(f"removed {OUT.relative_to(ROOT)}: the pure-Python key walk runs")
+        print(f"removed {OUT.relative_to(ROOT)}: the pure-Python key walk and LRU/FIFO order run")
         return 0
     if not a.force and not stale(sources()[0]):
         print(f"{OUT.relative_to(ROOT)} is up to date")
@@ -97,7 +99,10 @@ def main() -> int:
     try:
         build()
     except (OSError, subprocess.CalledProcessError) as exc:
-        print(f"warning: ctxcache._native not built ({exc}); the pure-Python key walk runs", file=sys.stderr)
+        print(
+            f"warning: ctxcache._native not built ({exc}); the pure-Python key walk and LRU/FIFO order run",
+            file=sys.stderr,
+        )
         return 1 if a.strict else 0
     print(f"built {OUT.relative_to(ROOT)}")
     return 0

@@ -89,7 +89,7 @@ def main() -> None:
     total = args.blocks + args.rounds * STORES_PER_ROUND  # the rounds store the ids past --blocks
     parent, depth = grow(total, 0)
     base = np.arange(BS, dtype=np.int32)
-    caches = {}
+    caches, origins = {}, {}
     for name, src in trees.items():
         cache = load_cache_class(src).from_config(
             {"block_size": BS, "tiers": [{"kind": "memory", "capacity": "64GiB"}]}
@@ -99,8 +99,9 @@ def main() -> None:
             if i % 100_000 == 0:
                 sys.stderr.write(f"\r{name}: {i / args.blocks:6.1%} built")
         caches[name] = cache
-        origin = Path(type(cache._engine.slots[0].policy).on_hits.__code__.co_filename)
+        origin = Path(sys.modules[type(cache._engine.slots[0].policy).__module__].__file__ or "")
         assert origin.is_relative_to(src), f"{name}: imported {origin}, not from {src}"
+        origins[name] = str(origin)
     sys.stderr.write("\n")
     gc.collect()
     gc.freeze()
@@ -116,8 +117,10 @@ def main() -> None:
         "bench": "lookup_ab",
         "blocks": args.blocks,
         "prompt_blocks": MAX_DEPTH,
-        # Which code each cache runs: the file its policy's on_hits was compiled from.
-        "on_hits_from": {n: type(c._engine.slots[0].policy).on_hits.__code__.co_filename for n, c in caches.items()},
+        # Which code each cache runs: its policy's module file, and the order's class (C or Python).
+        "policy_from": origins,
+        "order": {n: type(c._engine.slots[0].policy).__mro__[1].__qualname__ for n, c in caches.items()},
+        "key_walk": {n: c._engine.hasher._native is not None for n, c in caches.items()},
         "us": {n: {p: round(statistics.median(x[p] for x in v), 2) for p in v[0]} for n, v in runs.items()},
     }
     result["new_over_base"] = {

@@ -11,6 +11,10 @@ the candidates it was chosen from, each in the same process, on the same keys:
   (compacts) it, so a hit-heavy shard rebuilds every ~n hits besides growing, and reading a shard's
   front skips the deleted entries left there by evictions.
 
+- ``native-order``: the compiled order LRU/FIFO use when ``ctxcache._native`` is built
+  (``_native.Order``: a linked list over slot ids, 1,024 open-addressing tables; issue 30); a hit
+  is one C call. Measured only where the module is built.
+
 Two workloads, CPU time per op (``time.thread_time_ns``):
 
 - **growth** (bench_index_growth's shape): per op one new key and 4 hits on random earlier keys;
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import itertools
 import json
 import os
@@ -89,6 +94,41 @@ def growth(kind: Any, n_shards: int, keys: list[bytes], label: str) -> tuple[lis
     return shards, lat
 
 
+def growth_native(keys: list[bytes], label: str) -> tuple[Any, np.ndarray]:
+    """As ``growth``, through the compiled order's methods (the LRU's on_insert and on_hit)."""
+    from ctxcache._native import Order
+
+    order, rnd, clock = Order(), random.Random(1).random, time.thread_time_ns
+    insert, hit1 = order.on_insert, order.on_hit
+    lat = np.zeros(len(keys), dtype=np.uint32)
+    for i, key in enumerate(keys):
+        hit = [keys[int(rnd() * i)] for _ in range(HITS)] if i else []
+        t0 = clock()
+        insert(key)
+        for h in hit:
+            hit1(h)
+        lat[i] = min(clock() - t0, 2**32 - 1)
+        if i % 500_000 == 0:
+            sys.stderr.write(f"\r{label:>18} growth {i / len(keys):6.1%}")
+    return order, lat
+
+
+def eviction_native(order: Any, n_ops: int, label: str) -> dict[str, Any]:
+    """One new key, then the global front leaves (the dict variants drop a random shard's front)."""
+    clock = time.thread_time_ns
+    lat = np.zeros(n_ops, dtype=np.uint32)
+    for i in range(n_ops):
+        key = os.urandom(16)
+        t0 = clock()
+        order.on_insert(key)
+        order.evict()
+        lat[i] = min(clock() - t0, 2**32 - 1)
+        if i % 100_000 == 0:
+            sys.stderr.write(f"\r{label:>18} eviction {i / n_ops:6.1%}")
+    p50, p999 = np.percentile(lat, [50, 99.9])
+    return {"p50_us": round(p50 / 1e3, 2), "p99.9_us": round(p999 / 1e3, 2), "max_us": round(float(lat.max()) / 1e3, 1)}
+
+
 def eviction(shards: list[Any], n_ops: int, label: str) -> dict[str, Any]:
     n, rnd, clock = len(shards), random.Random(2).random, time.thread_time_ns
     tick = itertools.count(10**9)
@@ -121,7 +161,7 @@ def plot(result: dict[str, Any], out: Path) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("keys in the order (decade)")
     ax.set_ylabel(f"µs of CPU per op (1 insert + {HITS} hits)")
-    ax.set_title("LRU order alone, growing: OrderedDict shards vs plain dict shards")
+    ax.set_title("LRU order alone, growing: OrderedDict shards, plain dict shards, the compiled order")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out.with_suffix(".png"), dpi=110)
@@ -132,16 +172,27 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=10_000_000)
     ap.add_argument("--evictions", type=int, default=1_000_000)
     ap.add_argument("--out", type=Path, default=OUT, help="results path, without suffix")
+    ap.add_argument("--only", default="", help="comma-separated variants (default: all)")
     args = ap.parse_args()
+    only = set(args.only.split(",")) - {""}
     keys = [os.urandom(16) for _ in range(args.keys)]
     gc.collect()
     gc.freeze()
     gc.disable()  # the structures hold bytes and ints only: no collection can free anything here
     result: dict[str, Any] = {"bench": "order_shards", "keys": args.keys, "hits_per_op": HITS, "variants": {}}
     for name, (kind, n_shards) in VARIANTS.items():
+        if only and name not in only:
+            continue
         shards, lat = growth(kind, n_shards, keys, name)
         result["variants"][name] = {"growth": summarize(lat), "eviction": eviction(shards, args.evictions, name)}
         del shards, lat
+    if importlib.util.find_spec("ctxcache._native") is not None and (not only or "native-order" in only):
+        order, lat = growth_native(keys, "native-order")
+        result["variants"]["native-order"] = {
+            "growth": summarize(lat),
+            "eviction": eviction_native(order, args.evictions, "native-order"),
+        }
+        del order, lat
     sys.stderr.write("\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=1))

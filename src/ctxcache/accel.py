@@ -1,9 +1,10 @@
-"""Which key walk runs: the compiled ``ctxcache._native`` or the pure-Python code in keys.py.
+"""Which key walk and LRU/FIFO order run: the compiled ``ctxcache._native`` or the pure Python.
 
 Chosen once, at import: the compiled module when it was built (``make install`` builds it:
-tools/build_native.py) and ``CTXCACHE_NO_NATIVE`` is unset, else the pure-Python walk, which stays
-the reference (tests/test_native.py checks one against the other). ``use_native(False)`` (the CLI's
-``--no-native``) switches later hashers to the fallback; a hasher keeps what it was made with.
+tools/build_native.py) and ``CTXCACHE_NO_NATIVE`` is unset, else the pure-Python walk (keys.py) and
+order (policies/base.py's OrderedPolicy), which stay the references (tests/test_native.py and
+tests/policies/test_native_order.py check one against the other). ``use_native(False)`` (the CLI's
+``--no-native``) switches later hashers and policies to the fallback; each keeps what it was made with.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ _built = native
 
 
 def use_native(on: bool) -> None:
-    """Hashers made after this call use the compiled walk (when built) or the fallback."""
+    """Hashers and LRU/FIFO policies made after this call use the compiled code (when built) or the fallback."""
     global native, reason
     if on and _built is not None:
         native, reason = _built, "built"
@@ -41,6 +42,7 @@ def use_native(on: bool) -> None:
 def describe() -> dict[str, Any]:
     """For ``ctxcache version`` and ``serve --print-config``: which walk runs, and why."""
     out: dict[str, Any] = {"key_walk": "native" if native is not None else "python", "reason": reason}
+    out["lru_fifo_order"] = "native" if getattr(native, "Order", None) is not None else "python"
     if native is not None:
         out["module"] = native.__file__
         out["xxhash"], out["blake3"] = native.XXH_VERSION, native.BLAKE3_VERSION

@@ -44,7 +44,10 @@ def _fail(msg: str) -> NoReturn:
 def _options(
     no_native: Annotated[
         bool,
-        typer.Option("--no-native", help="the pure-Python key walk, not the compiled one (as CTXCACHE_NO_NATIVE=1)"),
+        typer.Option(
+            "--no-native",
+            help="the pure-Python key walk and LRU/FIFO order, not the compiled ones (as CTXCACHE_NO_NATIVE=1)",
+        ),
     ] = False,
 ) -> None:
     if no_native:
@@ -57,6 +60,7 @@ def version() -> None:
     console.print(__version__)
     d = accel.describe()
     console.print(f"key walk: {d['key_walk']} ({d['reason']})", highlight=False)
+    console.print(f"LRU/FIFO order: {d['lru_fifo_order']}", highlight=False)
 
 
 @app.command()

@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from .. import accel
 from ..shardmap import ORDER_SHARDS
 from ..units import Clock
 
@@ -195,7 +196,31 @@ class OrderedPolicy(Policy):
     ``(front stamp, shard)``.
     A heap entry may be stale (its shard's front was hit or removed since): stamps only grow, so
     a stale entry is older than its shard's real front and is corrected when it surfaces.
+
+    That is the pure-Python order, the fallback and the reference. When ``ctxcache._native`` is
+    built and on (accel.py), constructing a subclass gives an instance of its native twin instead:
+    a subclass of ``_native.Order`` (native/ctxcache_order.c: the same order as a linked list over
+    slot ids, no per-key Python work) and of the class asked for, so ``isinstance`` and ``name``
+    hold; an instance keeps what it was made with (``accel.use_native``). A subclass that overrides
+    an order method (say ``evict``, calling ``super().evict``) keeps the pure-Python order: the
+    compiled methods would come first in its MRO and its ``super()`` would reach the Python ones.
+    tests/policies/test_native_order.py checks one against the other on random operations.
     """
+
+    # Set in the body of each class that implements the order (this one, LRU, FIFO): LRU's hit
+    # moves the key to the back, FIFO's does nothing. _make_twin reads both.
+    _hit_moves: ClassVar[bool] = True
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> OrderedPolicy:
+        core = getattr(accel.native, "Order", None)
+        if core is None or issubclass(cls, core):
+            return super().__new__(cls)
+        if cls not in _TWINS:
+            _TWINS[cls] = _make_twin(cls, core)
+        twin = _TWINS[cls]
+        if twin is None:
+            return super().__new__(cls)
+        return core.__new__(twin)  # type: ignore[no-any-return]
 
     def __init__(self, clock: Clock = time.monotonic) -> None:
         super().__init__(clock)
@@ -239,6 +264,16 @@ class OrderedPolicy(Policy):
 
     def __contains__(self, key: object) -> bool:
         return key in self._shards[hash(key) % 1021]
+
+    def order_keys(self) -> list[Key]:
+        """Every key, the next victim first (the compiled order has the same method)."""
+        return [key for key, _ in heapq.merge(*(od.items() for od in self._shards), key=lambda kv: kv[1])]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its class, its keys front first and its other attributes, alike for the
+        Python and the compiled order, so either loads what the other saved."""
+        state = {k: v for k, v in self.__dict__.items() if k not in _PY_ORDER}
+        return (_restore, (getattr(self, "_asked", type(self)), self.order_keys()), state)
 
     def peek(self, can_evict: CanEvict = None) -> Key | None:
         """The next victim without reordering (a scan past refused keys: not for hot paths)."""
@@ -285,3 +320,40 @@ class OrderedPolicy(Policy):
             self._to_back(key)
             heapq.heapreplace(self._heap, (next(iter(od.values())), s))
         return None
+
+
+_PY_ORDER = frozenset({"_shards", "_heap", "_queued", "_tick", "_n"})  # OrderedPolicy's own fields
+
+
+def _restore(cls: type[OrderedPolicy], keys: list[Key]) -> OrderedPolicy:
+    """Unpickle an ordered policy (``OrderedPolicy.__reduce__``) over whichever order runs here;
+    pickle then sets its other attributes."""
+    policy = cls()
+    for key in keys:
+        policy.on_insert(key)
+    return policy
+
+
+_TWINS: dict[type, type | None] = {}
+_ORDER_METHODS = ("on_insert", "on_hit", "on_hits", "on_remove", "evict", "peek", "__len__", "__contains__")
+
+
+def _make_twin(cls: type[OrderedPolicy], core: Any) -> type | None:
+    """``cls`` over the compiled order: ``core``'s methods come first in the MRO, ``cls`` gives the
+    rest (name, params, registry identity); its ``__init__`` builds none of the Python order.
+    None when a class below the order's own (LRU, FIFO) overrides an order method."""
+    for klass in cls.__mro__:
+        if "_hit_moves" in klass.__dict__:
+            break
+        if any(m in klass.__dict__ for m in _ORDER_METHODS):
+            return None
+
+    def __init__(self: Any, clock: Clock = time.monotonic) -> None:
+        Policy.__init__(self, clock)
+        self.move_on_hit = cls._hit_moves
+
+    ns = {"__init__": __init__, "_asked": cls, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+    ns["__doc__"] = cls.__doc__
+    meta: Any = type(cls)  # ABCMeta
+    twin: type = meta(cls.__name__, (core, cls), ns)
+    return twin

@@ -9,6 +9,7 @@ from .registry import register
 @register
 class FIFO(OrderedPolicy):
     name = "fifo"
+    _hit_moves = False
 
     def on_hit(self, key: Key) -> None:
         pass

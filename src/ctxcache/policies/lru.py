@@ -11,6 +11,7 @@ from .registry import register
 @register
 class LRU(OrderedPolicy):
     name = "lru"
+    _hit_moves = True
 
     def on_hit(self, key: Key) -> None:
         self._to_back(key)
