@@ -3,13 +3,16 @@
 vLLM builds one instance per role: SCHEDULER in the engine-core process (decides what to load and
 save, see plan.py) and WORKER in each worker process (holds the cache, copies KV, see worker.py);
 they talk through a Unix socket (lookup.py) and through the per-step metadata vLLM ships from the
-scheduler to the workers. Configuration comes from ``kv_connector_extra_config``:
+scheduler to the workers. With tensor parallelism each rank is a worker side of its own, with its
+own keys, socket and disk directory, and the scheduler asks every rank (ranks.py).
+Configuration comes from ``kv_connector_extra_config``:
 
 - ``config``: a ctxcache config (TOML path or table: tiers, policy, watermarks, salt, hash);
   default one 4 GiB RAM tier. Its ``block_size`` defaults to vLLM's block size.
 - ``block_size``: the ctxcache block size (a multiple of vLLM's), overriding the config's.
-- ``socket``: the lookup socket path (default: per engine id under $TMPDIR/ctxcache-<uid>/).
-- ``stats_path``: a JSON file the worker rewrites with its counters (twice a second at most).
+- ``socket``: the lookup socket path (default: per engine id under $TMPDIR/ctxcache-<uid>/; per rank
+  with tensor parallelism).
+- ``stats_path``: a JSON file the worker rewrites with its counters (twice a second at most; per rank).
 - ``save_decode``: also store blocks of generated tokens (default true: the next chat turn reuses them).
 """
 
