@@ -176,6 +176,13 @@ def test_a_rank_short_of_blocks_limits_the_hit_to_what_all_hold(
 
 def test_one_worker_keeps_its_names_and_other_worlds_are_checked(tmp_path: Path) -> None:
     cfg = config(tmp_path)
+    one = open_worker(cfg, FP, shard(full_kv(0), 0, 1), NB, VB, tmp_path / "one.sock", tmp_path / "st.json")
+    try:  # the namespace, socket, stats file and disk directory of one worker, as before ranks
+        assert one.layout is not None and one.cache.model == f"{cfg.model}|{FP}|{one.layout.fingerprint()}"
+        assert one.server.path == tmp_path / "one.sock" and one.stats_path == tmp_path / "st.json"
+        assert (tmp_path / "disk" / "blocks").is_dir() and not list((tmp_path / "disk").glob("r*of*"))
+    finally:
+        one.close()
     assert rank_model("m|fp", 0, 1) == "m|fp" and rank_config(cfg, 0, 1) is cfg
     assert rank_path(tmp_path / "s.sock", 0, 1) == tmp_path / "s.sock"
     assert rank_path(tmp_path / "s.sock", 1, 2) == tmp_path / "s-r1of2.sock"
