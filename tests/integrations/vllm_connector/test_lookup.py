@@ -94,3 +94,17 @@ def test_client_without_a_server_answers_miss(tmp_path: Path) -> None:
 def test_default_socket_path_is_short_and_private() -> None:
     p = default_socket_path("x" * 200 + "/../evil")
     assert len(str(p)) < 108 and "/" not in p.name and (p.parent.stat().st_mode & 0o777) == 0o700
+
+
+def test_take_hands_a_longer_match_to_a_shorter_load() -> None:
+    cache = _cache()
+    _fill(cache, list(range(12)))
+    stash = Stash(cache)
+    assert stash.lookup("r", "t", list(range(13))) == 12
+    # A tensor-parallel rank loads only what every rank holds (ranks.py): its own pinned Match serves.
+    m = stash.take("r", list(range(8)))
+    assert m is not None and m.n_blocks == 3
+    cache.release(m)
+    stash.lookup("r", "t", list(range(13)))
+    assert stash.take("r", [0, 1, 2, 3, 99, 5, 6, 7]) is None  # other tokens: released
+    assert cache.evict_all() == 3

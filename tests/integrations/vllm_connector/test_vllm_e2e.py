@@ -34,10 +34,14 @@ Q = [2, *_tokens(3, 999)]  # 7 whole blocks + 104 tokens
 CORRUPT_Q_BLOCK = 3
 
 
-def run_engine(tmp: Path, name: str, requests: list[dict[str, Any]], connector: dict[str, Any] | None) -> Any:
+def run_engine(
+    tmp: Path, name: str, requests: list[dict[str, Any]], connector: dict[str, Any] | None, **extra: Any
+) -> Any:
+    """One engine in its own process; ``extra``: more job keys (run.py), e.g. tensor_parallel_size."""
     job: dict[str, Any] = {
         "model": _model_dir(), "dtype": "float32", "max_model_len": 4096, "max_num_batched_tokens": 512,
         "prefix_caching": connector is not None, "kv_space_gib": 1, "requests": requests, "block_size": BLOCK,
+        **extra,
     }  # fmt: skip
     if connector is not None:
         stats = str(tmp / f"{name}-stats.json")

@@ -3,13 +3,16 @@
 vLLM builds one instance per role: SCHEDULER in the engine-core process (decides what to load and
 save, see plan.py) and WORKER in each worker process (holds the cache, copies KV, see worker.py);
 they talk through a Unix socket (lookup.py) and through the per-step metadata vLLM ships from the
-scheduler to the workers. Configuration comes from ``kv_connector_extra_config``:
+scheduler to the workers. With tensor parallelism each rank is a worker side of its own, with its
+own keys, socket and disk directory, and the scheduler asks every rank (ranks.py).
+Configuration comes from ``kv_connector_extra_config``:
 
 - ``config``: a ctxcache config (TOML path or table: tiers, policy, watermarks, salt, hash);
   default one 4 GiB RAM tier. Its ``block_size`` defaults to vLLM's block size.
 - ``block_size``: the ctxcache block size (a multiple of vLLM's), overriding the config's.
-- ``socket``: the lookup socket path (default: per engine id under $TMPDIR/ctxcache-<uid>/).
-- ``stats_path``: a JSON file the worker rewrites with its counters (twice a second at most).
+- ``socket``: the lookup socket path (default: per engine id under $TMPDIR/ctxcache-<uid>/; per rank
+  with tensor parallelism).
+- ``stats_path``: a JSON file the worker rewrites with its counters (twice a second at most; per rank).
 - ``save_decode``: also store blocks of generated tokens (default true: the next chat turn reuses them).
 """
 
@@ -26,11 +29,11 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
 )
 
-from ...cache import ContextCache
 from ...config import CacheConfig, load_config
 from ...errors import ConfigError
-from .lookup import LookupClient, default_socket_path
+from .lookup import default_socket_path
 from .plan import LoadSpec, Planner, SaveSpec, block_ratio
+from .ranks import AllRanksLookup, check_world, rank_path
 
 if TYPE_CHECKING:
     import torch
@@ -81,6 +84,12 @@ def model_fingerprint(vllm_config: Any) -> str:
     return f"vllm:{name}@{getattr(mc, 'revision', None)}:{mc.dtype}"
 
 
+def _tp_rank() -> int:
+    from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+
+    return int(get_tensor_model_parallel_rank())
+
+
 class CtxCacheConnector(KVConnectorBase_V1):  # type: ignore[misc]
     def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any = None) -> None:
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
@@ -88,8 +97,9 @@ class CtxCacheConnector(KVConnectorBase_V1):  # type: ignore[misc]
         extra = dict(tc.kv_connector_extra_config or {})
         self._vllm_block = int(vllm_config.cache_config.block_size)
         self._cfg = cache_config(extra, self._vllm_block)
-        if vllm_config.parallel_config.world_size > 1:
-            raise ConfigError("the ctxcache connector supports one worker (no tensor/pipeline parallelism) for now")
+        pc = vllm_config.parallel_config
+        check_world(int(pc.tensor_parallel_size), int(pc.pipeline_parallel_size))
+        self._world = int(pc.tensor_parallel_size)
         groups = getattr(kv_cache_config, "kv_cache_groups", None) or []
         if len(groups) > 1:
             raise ConfigError(
@@ -100,7 +110,7 @@ class CtxCacheConnector(KVConnectorBase_V1):  # type: ignore[misc]
         self._stats_path = Path(extra["stats_path"]) if extra.get("stats_path") else None
         self._num_blocks = int(getattr(kv_cache_config, "num_blocks", 0) or 0)
         self._fp = model_fingerprint(vllm_config)
-        self._client: LookupClient | None = None
+        self._client: AllRanksLookup | None = None
         self._planner: Planner | None = None
         self._worker: Any = None
         if role == KVConnectorRole.SCHEDULER:
@@ -108,25 +118,24 @@ class CtxCacheConnector(KVConnectorBase_V1):  # type: ignore[misc]
                 # A cache is best effort: a block that fails to load is recomputed, never an error.
                 log.info("ctxcache connector: kv_load_failure_policy %r -> 'recompute'", tc.kv_load_failure_policy)
                 tc.kv_load_failure_policy = "recompute"
-            self._client = LookupClient(self._socket)
+            self._client = AllRanksLookup([rank_path(self._socket, r, self._world) for r in range(self._world)])
             self._planner = Planner(
                 self._cfg.block_size, self._vllm_block, self._client.lookup, bool(extra.get("save_decode", True))
             )
 
     # --- worker side ----------------------------------------------------------------------------
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
-        from .kv import KVLayout
-        from .worker import WorkerSide
+        from .worker import open_worker
 
         first = next(iter(kv_caches.values()))
         num_blocks = self._num_blocks or int(first.shape[0])
-        layout = KVLayout(kv_caches, num_blocks, self._vllm_block)
-        cfg = replace(self._cfg, model=f"{self._cfg.model}|{self._fp}|{layout.fingerprint()}")
-        cache = ContextCache.from_config(cfg)
-        self._worker = WorkerSide(cache, self._vllm_block, self._socket, self._stats_path)
-        self._worker.layout = layout
-        log.info("ctxcache connector: %d layers, block %d tokens (%d vLLM blocks), socket %s",
-                 len(layout.layers), cache.block_size, self._worker.ratio, self._socket)  # fmt: skip
+        rank = _tp_rank() if self._world > 1 else 0
+        w = open_worker(self._cfg, self._fp, kv_caches, num_blocks, self._vllm_block, self._socket,
+                        self._stats_path, rank, self._world)  # fmt: skip
+        self._worker = w
+        assert w.layout is not None
+        log.info("ctxcache connector: rank %d of %d, %d layers, block %d tokens (%d vLLM blocks), socket %s",
+                 rank, self._world, len(w.layout.layers), w.cache.block_size, w.ratio, w.server.path)  # fmt: skip
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()

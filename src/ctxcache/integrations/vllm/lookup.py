@@ -97,13 +97,16 @@ class Stash:
         return match.hit_tokens
 
     def take(self, req_id: str, tokens: Tokens) -> Match | None:
-        """The stashed Match for ``req_id`` if it was made for a prefix of ``tokens``; the caller releases it."""
+        """The stashed Match for ``req_id`` if its tokens and ``tokens`` agree as far as both go (the
+        Match may hold more than the load needs: a tensor-parallel rank's hit beyond what every
+        rank holds, ranks.py); the caller releases it."""
         with self._lock:
             item = self._items.pop(req_id, None)
         if item is None:
             return None
         match, key, _ = item
-        if as_token_array(tokens)[: match.hit_tokens].tobytes() != key:
+        arr = as_token_array(tokens)[: match.hit_tokens].tobytes()
+        if arr != key[: len(arr)]:
             self._release(match)
             return None
         return match

@@ -6,6 +6,7 @@
 {"model": "/path/to/model", "dtype": "float32", "max_model_len": 4096,
  "max_num_batched_tokens": 512, "prefix_caching": true, "kv_space_gib": 1, "num_blocks": null,
  "block_size": 128, "device_kv_fraction": null, "kv_bytes": null, "disable_hma": false,
+ "tensor_parallel_size": 1,
  "kv_transfer_config": {...} | null, "stats_path": "...",
  "requests": [{"tokens": [1, 2, ...], "salt": null, "max_tokens": 8}],
  "sessions": [[[system+document tokens], [user turn 2], ...], ...], "max_tokens": 8}
@@ -53,6 +54,8 @@ def _engine(job: dict[str, Any]) -> Any:
         kw["num_gpu_blocks_override"] = int(job["num_blocks"])
     if job.get("kv_transfer_config"):
         kw["kv_transfer_config"] = job["kv_transfer_config"]
+    if int(job.get("tensor_parallel_size") or 1) > 1:  # on CPU: set VLLM_CPU_OMP_THREADS_BIND (docs/vllm.md)
+        kw["tensor_parallel_size"] = int(job["tensor_parallel_size"])
     return LLM(**kw)
 
 
@@ -78,13 +81,16 @@ def _one(llm: Any, tokens: list[int], salt: str | None, max_tokens: int) -> dict
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
+    from .ranks import rank_path
     from .serve import vllm_env
 
     # every configuration gets vLLM's core reservation without a connector (see serve.CPU_ENV_DEFAULTS)
     os.environ.update(vllm_env(os.environ, VLLM_CPU_KVCACHE_SPACE=str(job.get("kv_space_gib", 1))))
     os.environ.setdefault("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", "180")  # see _shutdown
     if job.get("stats_path"):  # a file left by an earlier engine must not pass for this one's
-        Path(job["stats_path"]).unlink(missing_ok=True)
+        world = int(job.get("tensor_parallel_size") or 1)
+        for r in range(world):
+            rank_path(Path(job["stats_path"]), r, world).unlink(missing_ok=True)
     t0 = time.perf_counter()
     llm = _engine(job)
     result: dict[str, Any] = {"startup_s": time.perf_counter() - t0, "requests": [], "sessions": []}
@@ -106,8 +112,10 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     result["final_prompts"] = prompts
     _shutdown(llm)  # the connector writes its final stats and spills RAM to disk
     stats_path = job.get("stats_path")
-    if stats_path:
-        result["stats"] = _final_stats(Path(stats_path))
+    if stats_path:  # one file per rank with tensor parallelism (ranks.py); "stats" is rank 0's
+        world = int(job.get("tensor_parallel_size") or 1)
+        result["rank_stats"] = [_final_stats(rank_path(Path(stats_path), r, world)) for r in range(world)]
+        result["stats"] = result["rank_stats"][0]
     return result
 
 

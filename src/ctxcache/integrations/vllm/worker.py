@@ -21,22 +21,48 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ...cache import ContextCache, Match
+from ...config import CacheConfig
 from ...keys import as_token_array
 from .kv import KVLayout
 from .lookup import LookupServer, Stash
 from .plan import LoadSpec, SaveSpec, block_ratio
+from .ranks import rank_config, rank_model, rank_path
 
 log = logging.getLogger(__name__)
 _COUNTERS = (
     "load_requests", "loaded_blocks", "load_errors", "saved_blocks", "save_requests", "saves_dropped",
     "store_errors", "stored_blocks", "load_s", "load_max_s", "save_copy_s", "save_copy_max_s", "store_s",
 )  # fmt: skip
+
+
+def open_worker(
+    cfg: CacheConfig,
+    model_fp: str,
+    kv_caches: dict[str, torch.Tensor],
+    num_blocks: int,
+    vllm_block: int,
+    socket_path: Path,
+    stats_path: Path | None = None,
+    rank: int = 0,
+    world: int = 1,
+) -> WorkerSide:
+    """One worker rank's side, as ``register_kv_caches`` builds it: its cache (namespace: the model
+    fingerprint, the KV layout, and with ``world`` > 1 the rank; ranks.py), its lookup socket and
+    stats file (per rank with ``world`` > 1)."""
+    layout = KVLayout(kv_caches, num_blocks, vllm_block)
+    model = rank_model(f"{cfg.model}|{model_fp}|{layout.fingerprint()}", rank, world)
+    cache = ContextCache.from_config(replace(rank_config(cfg, rank, world), model=model))
+    stats = rank_path(stats_path, rank, world) if stats_path is not None else None
+    worker = WorkerSide(cache, vllm_block, rank_path(socket_path, rank, world), stats)
+    worker.layout = layout
+    return worker
 
 
 class WorkerSide:
