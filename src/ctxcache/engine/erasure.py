@@ -23,10 +23,17 @@ from . import discovery as _discovery
 
 if TYPE_CHECKING:
     from .core import Engine
+    from .slot import Slot
 
 audit = logging.getLogger("ctxcache.audit")
 SWEEP_BATCH = 4096  # expired blocks reclaimed per lock hold
 ERASED_IN_USE = float("-inf")  # the deadline of a block erased while a request held it
+
+
+def _orphan_copy(slot: Slot, key: Hashable) -> bool:
+    """A persistent tier may keep a copy of ``key`` it does not charge: an earlier run's or another
+    process's (Redis charges nothing at start). Its filter answers from memory, no I/O."""
+    return slot.persistent and not slot.holds(key) and slot.tier.might_contain_many([key])[0]
 
 
 def _erase_key(e: Engine, key: Hashable) -> bool:
@@ -43,6 +50,8 @@ def _erase_key(e: Engine, key: Hashable) -> bool:
             slot.tier.delete(key)
         elif slot.slow and pl.mover.leaving(key, t):  # a demotion out of it is queued: should its
             pl._drop(t, key, erase=True)  # write be refused, the block stays there (an orphan) without this delete
+        elif _orphan_copy(slot, key):  # left, discovery served it once the deadline went (seed 201097)
+            pl._drop(t, key, erase=True)
     if node is not None:
         e.index.remove(key)
         pl.prune(node.parent)
@@ -234,6 +243,8 @@ def _stored(e: Engine, key: Hashable) -> bool:
         if slot.holds(key) or key in slot.owners or (slot.slow and mover.leaving(key, t)):
             return True
         if not slot.slow and key in slot.tier:
+            return True
+        if _orphan_copy(slot, key):  # an uncharged copy: an earlier run's (seed 201097)
             return True
     return False
 
