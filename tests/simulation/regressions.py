@@ -332,4 +332,11 @@ MODEL_GAPS: dict[str, tuple[int, list[Action]]] = {
         ('tick', 0.5), ('tick', 2.0), ('step', 1, 239929651, [('tick', 0.25)]), ('restart',),
         ('step', 3, 212371603, []), ('store', 'a', 3, 0), ('down', 0, True), ('step', 1, 496292893, []),
     ]),
+    # a block corrupted on disk before a restart, read (and lost) after it: the model reset its
+    # allowance for lost blocks at every restart; a corrupt blob still stored now carries one over
+    # (seeds 200482, 200772)
+    "corrupt_before_restart_lost_after": (200482, [
+        ("step", 3, 819125459, [("store", "c", 3, 2)]), ("drain",), ("corrupt", 1, 27), ("restart",),
+        ("lookup", "c", 2, False), ("store", "b", 1, 0), ("lookup", "c", 1, True),
+    ]),
 }  # fmt: skip
