@@ -321,6 +321,15 @@ FIXED: dict[str, tuple[int, list[Action]]] = {
         ("store", "a", 2, 2), ("drain",), ("tick", 4.0), ("sweep",), ("store", "a", 2, 1), ("tick", 4.0), ("sweep",),
         ("corrupt", 0, 0), ("lookup", "a", 2, False),
     ]),
+    # a tenant erased while disk (the top tier) refused the delete of its block, kept there marked
+    # erased; the block stored anew: its write into disk queued, then its write-through copy into
+    # Redis. The lookup took the key's latest move (the copy) for the only one, read disk and served
+    # the erased blob. Seed 200210 shrank to 107 actions; this is the same failure built by hand on
+    # its setup. Now a lookup serves the queued write into the block's own tier
+    "copy_queued_after_rewrite_over_erased": (200210, [
+        ("store", "a", 2, 1), ("drain",), ("faults", 0, 0.0, 1.0), ("erase", "a"), ("store", "a", 2, 0),
+        ("lookup", "a", 0, False),
+    ]),
 }  # fmt: skip
 
 # Model gaps: runs the harness failed although the engine was right; each fails on the harness
