@@ -36,6 +36,12 @@ def _orphan_copy(slot: Slot, key: Hashable) -> bool:
     return slot.persistent and not slot.holds(key) and slot.tier.might_contain_many([key])[0]
 
 
+def _unanswered(e: Engine, key: Hashable) -> bool:
+    """A persistent tier that does not charge ``key`` is down: whether it keeps an uncharged copy
+    (``_orphan_copy``) cannot be told until it is back."""
+    return any(s.persistent and not s.holds(key) and not s.tier.healthy for s in e.slots)
+
+
 def _erase_key(e: Engine, key: Hashable) -> bool:
     """Under the lock: drop ``key`` from every tier and the index. False if it is in use."""
     node = e.index.get(key)
@@ -259,12 +265,17 @@ def sweep(e: Engine, now: float) -> int:
         for key in e.expiry.due(now, SWEEP_BATCH):
             node = e.index.get(key)
             if node is None and not _stored(e, key):
-                e.expiry.forget(key)
+                if _unanswered(e, key):  # still expired (at ``now``: behind older ones), so discovery
+                    later.append((key, now, 0))  # never takes a copy there once it is back (seed 300599)
+                else:
+                    e.expiry.forget(key)
                 continue
             if key in e.pins:  # a TTL is a limit on how long data is kept: it wins over a pin
                 e.pins.drop_covering([key])
             if _erase_key(e, key):
                 done += 1
+                if _unanswered(e, key):
+                    later.append((key, now, node.depth if node is not None else 0))
             else:  # pinned, or a parent whose children have not expired yet: retry next sweep
                 later.append((key, e.expiry.deadline[key], 0 if node is None else node.depth))
         for key, d, depth in later:

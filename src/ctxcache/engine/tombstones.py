@@ -135,6 +135,8 @@ def persist(e: Engine) -> None:
         if keys:
             tier.bury(keys)
         keep += [(k, name) for k in {*marked, *keys}]
+        if not tier.healthy:  # down: it may keep an uncharged copy of an expired block (an earlier
+            keep += [(k, name) for k in due if k not in tier]  # run's), found after the restart (seed 302040)
         live = {key_bytes(k) for k in (*marked, *due)}
         stale = [k for k in tier.buried() if k not in live]
         if stale:
