@@ -98,6 +98,10 @@ def _send(tier: Tier, gone: Sequence[Move], sizes: list[int]) -> None:
             tier.delete(m.key)
         except Exception:  # noqa: BLE001 - still in storage: placement charges it again
             m.kept = None if vanished(m, tier) else size
+    landed = {m.key for m in gone if m.kept is None}  # a later delete of a key in the batch (an
+    for m in gone:  # erasure's behind an eviction's) landed: nothing is kept, nothing charged again
+        if m.kept is not None and m.key in landed:  # (seed 302132)
+            m.kept = None
 
 
 def settle(mover: Mover, tier: Tier, gone: Sequence[Move]) -> None:
