@@ -76,7 +76,9 @@ def _send(tier: Tier, gone: Sequence[Move], sizes: list[int]) -> None:
     """Delete the batch's blocks from ``tier``; a block whose delete raises gets ``kept``.
 
     A tier that names the deletes that failed (DeleteFailedError: a Redis Cluster with one
-    master down) is taken at its word: only those are kept, the rest landed. When the call
+    master down) is taken at its word: only those are kept, the rest landed (one refusal per key
+    it names: a key asked twice in a batch, an eviction's delete and a TTL's behind it, is gone
+    when either landed, and then neither keeps it; so in the retries below). When the call
     raises anything else, each key is tried once more on its own: the call may have stopped at
     its first failure, and deleting again what it did delete is a no-op. A retry that raises
     too is asked whether the block is still there (a read that tells gone from out of reach):
@@ -86,21 +88,20 @@ def _send(tier: Tier, gone: Sequence[Move], sizes: list[int]) -> None:
         tier.delete_many([m.key for m in gone])
         return
     except DeleteFailedError as exc:
-        failed = set(exc.failed)
+        failed = list(exc.failed)  # one entry per refused delete: a key asked twice may have landed once
         for m, size in zip(gone, sizes):
             if m.key in failed:
+                failed.remove(m.key)
                 m.kept = size
-        return
     except Exception:  # noqa: BLE001 - a failing backend must not fail the batch's other deletes
-        pass
-    for m, size in zip(gone, sizes):
-        try:
-            tier.delete(m.key)
-        except Exception:  # noqa: BLE001 - still in storage: placement charges it again
-            m.kept = None if vanished(m, tier) else size
-    landed = {m.key for m in gone if m.kept is None}  # a later delete of a key in the batch (an
+        for m, size in zip(gone, sizes):
+            try:
+                tier.delete(m.key)
+            except Exception:  # noqa: BLE001 - still in storage: placement charges it again
+                m.kept = None if vanished(m, tier) else size
+    landed = {m.key for m in gone if m.kept is None}  # another delete of a key in the batch (an
     for m in gone:  # erasure's behind an eviction's) landed: nothing is kept, nothing charged again
-        if m.kept is not None and m.key in landed:  # (seed 302132)
+        if m.kept is not None and m.key in landed:  # (seeds 302132, 301772)
             m.kept = None
 
 
