@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -158,7 +159,7 @@ class Mover:
     def write_into(self, key: Hashable, pos: int) -> Move | None:
         """The last queued or unlanded write of ``key`` into tier ``pos`` (a scan: rare; a lookup's
         when the key's latest move goes elsewhere, a copy queued after it: ``lookup.plan``)."""
-        for m in reversed([*(m for _, m in self._landing), *self.queue]):
+        for m in itertools.chain(reversed(self.queue), (m for _, m in reversed(self._landing))):  # no copy
             if m.key == key and m.dst == pos:
                 return m
         return None
