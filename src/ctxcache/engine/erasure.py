@@ -255,6 +255,19 @@ def _stored(e: Engine, key: Hashable) -> bool:
     return False
 
 
+def _due(e: Engine, now: float) -> list[Hashable]:
+    """Expired keys to reclaim: the heap's, and once no persistent tier is down the keys ``held``
+    expired meanwhile (``_unanswered``; each still expired: a store may have renewed it since)."""
+    due = e.expiry.due(now, SWEEP_BATCH)
+    held = e.expiry.held
+    if held and not any(s.persistent and not s.tier.healthy for s in e.slots):
+        back = [k for k in held if e.expiry.expired(k, now)]
+        held.clear()
+        seen = set(back)
+        due = [*back, *(k for k in due if k not in seen)]
+    return due
+
+
 def sweep(e: Engine, now: float) -> int:
     """Reclaim expired blocks: O(log n) each (heap pops), never a scan of live blocks."""
     if not len(e.expiry):
@@ -262,11 +275,11 @@ def sweep(e: Engine, now: float) -> int:
     done = 0
     with e.lock, e.leaving_as("expired"):
         later: list[tuple[Hashable, float, int]] = []
-        for key in e.expiry.due(now, SWEEP_BATCH):
+        for key in _due(e, now):
             node = e.index.get(key)
             if node is None and not _stored(e, key):
-                if _unanswered(e, key):  # still expired (at ``now``: behind older ones), so discovery
-                    later.append((key, now, 0))  # never takes a copy there once it is back (seed 300599)
+                if _unanswered(e, key):  # kept expired, so discovery never takes a copy there once
+                    e.expiry.hold(key, now)  # it is back; taken again then (seed 300599)
                 else:
                     e.expiry.forget(key)
                 continue
@@ -275,7 +288,7 @@ def sweep(e: Engine, now: float) -> int:
             if _erase_key(e, key):
                 done += 1
                 if _unanswered(e, key):
-                    later.append((key, now, node.depth if node is not None else 0))
+                    e.expiry.hold(key, now)
             else:  # pinned, or a parent whose children have not expired yet: retry next sweep
                 later.append((key, e.expiry.deadline[key], 0 if node is None else node.depth))
         for key, d, depth in later:
