@@ -362,4 +362,19 @@ FIXED: dict[str, tuple[int, list[Action]]] = {
     # named. Seed 301772 (the 10-minute run from 300000) did not shrink (each removed action moves the
     # later fault draws) and no hand-built list showed it: its first 92 planned actions are kept
     "refused_delete_then_landed_named": (301772, plan(301772, 150)[1][:92]),
+    # a block expired at the close while a request held it (the sweep waits for its release): the
+    # close journaled it only where a tier charged it (disk, down); an uncharged copy in Redis (an
+    # earlier run's) was served after the restart. Found by the 10-minute run from 303000 (seed
+    # 303035). Now the close also journals (and tombstones) an expired key for a tier whose filter
+    # may hold it, or that is down
+    "expired_held_at_close_orphan_copy": (303035, [
+        ("step", 1, 963691477, [("store", "a", 1, 2)]), ("restart",), ("step", 3, 190013821, [("lookup", "a", 2, True)]),
+        ("down", 0, True), ("tick", 2.0), ("tick", 1.0), ("restart",), ("store", "a", 4, 0),
+    ]),
+    # the same with no fault at all (seed 304386, the same run): the held block's disk copy was
+    # charged and deleted, its Redis copy from the first run was not
+    "expired_held_at_close_orphan_copy_no_fault": (304386, [
+        ("store", "b", 4, 1), ("restart",), ("lookup", "b", 2, True), ("tick", 4.0), ("restart",), ("drain",),
+        ("store", "b", 4, 2),
+    ]),
 }  # fmt: skip

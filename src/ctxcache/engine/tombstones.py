@@ -131,17 +131,18 @@ def persist(e: Engine) -> None:
     since: ``Placement.unmark_erased``) goes: kept, the next run would delete that new block."""
     now = e.clock()
     erased = e.placement.erased
-    due = {k for k, d in e.expiry.deadline.items() if d <= now}
+    due = [k for k, d in e.expiry.deadline.items() if d <= now]
     keep: list[tuple[Hashable, str]] = []  # (key, tier name): an erased blob that tier may keep
     for t in e.placement.persistent:
         tier, name = e.tiers[t], e.slots[t].name
         marked = [k for k, ts in erased.items() if t in ts]
-        keys = [k for k in (*marked, *due) if k in tier]
+        # an expired block it may keep uncharged (an earlier run's copy: erasure.py ``_orphan_copy``),
+        # or may keep at all when down (its filter cannot answer): found after the restart, it was
+        maybe = tier.might_contain_many(due) if tier.healthy else [True] * len(due)  # served (302040, 303035)
+        keys = [k for k in marked if k in tier] + [k for k, m in zip(due, maybe) if m or k in tier]
         if keys:
             tier.bury(keys)
         keep += [(k, name) for k in {*marked, *keys}]
-        if not tier.healthy:  # down: it may keep an uncharged copy of an expired block (an earlier
-            keep += [(k, name) for k in due if k not in tier]  # run's), found after the restart (seed 302040)
         live = {key_bytes(k) for k in (*marked, *due)}
         stale = [k for k in tier.buried() if k not in live]
         if stale:
