@@ -377,4 +377,14 @@ FIXED: dict[str, tuple[int, list[Action]]] = {
         ("store", "b", 4, 1), ("restart",), ("lookup", "b", 2, True), ("tick", 4.0), ("restart",), ("drain",),
         ("store", "b", 4, 2),
     ]),
+    # a tenant erased while a request held its block (a miss from then, erased by the sweep after
+    # the release); before the sweep came an eviction deleted it, the delete refused, and the block
+    # stored anew was refused too: the old blob, kept and not marked erased, served the erased
+    # payload. Found by the 10-minute run from 306000 (seeds 308667, 309788). Now the erasure marks
+    # the held block erased at once in each slow tier that holds it
+    "erased_in_use_evicted_kept": (308667, [
+        ("store", "c", 1, 2), ("step", 1, 102882693, []), ("lookup", "c", 4, True), ("faults", 0, 1.0, 1.0),
+        ("erase", "c"), ("store", "a", 3, 2), ("release", 7), ("step", 1, 200851724, [("store", "b", 1, 0)]),
+        ("store", "c", 3, 1), ("drain",), ("lookup", "c", 5, False),
+    ]),
 }  # fmt: skip

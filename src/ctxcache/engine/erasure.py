@@ -80,6 +80,9 @@ def _erase_nodes(e: Engine, nodes: list[Node]) -> tuple[list[Hashable], int]:
         else:
             busy += 1
             e.expiry.set(node.key, ERASED_IN_USE, node.depth)  # a miss from now on
+            for t, slot in enumerate(e.slots):  # should an eviction's delete be refused before the
+                if slot.slow and (slot.holds(node.key) or node.key in slot.owners):  # sweep comes, the
+                    e.placement.mark_erased(node.key, t)  # kept blob never serves again (seed 308667)
     return erased, busy
 
 
