@@ -90,9 +90,9 @@ def _send(tier: Tier, gone: Sequence[Move], sizes: list[int]) -> None:
     except DeleteFailedError as exc:
         failed = list(exc.failed)  # one entry per refused delete: a key asked twice may have landed once
         for m, size in zip(gone, sizes):
-            if m.key in failed:
-                failed.remove(m.key)
-                m.kept = size
+            if m.key in failed:  # one the tier no longer charges may be gone (a lookup read it
+                failed.remove(m.key)  # corrupt meanwhile and dropped it): asked, as below (seed 306272)
+                m.kept = None if m.key not in tier and vanished(m, tier) else size
     except Exception:  # noqa: BLE001 - a failing backend must not fail the batch's other deletes
         for m, size in zip(gone, sizes):
             try:
