@@ -5,6 +5,7 @@ code before its fix (docs/testing.md, "Deterministic simulation")."""
 from __future__ import annotations
 
 from .plan import Action, plan
+from .regressions_more import MORE
 
 FIXED: dict[str, tuple[int, list[Action]]] = {
     # erase_tenant's sweep of "blocks the index lacks" also dropped blocks still indexed and pinned
@@ -387,13 +388,5 @@ FIXED: dict[str, tuple[int, list[Action]]] = {
         ("erase", "c"), ("store", "a", 3, 2), ("release", 7), ("step", 1, 200851724, [("store", "b", 1, 0)]),
         ("store", "c", 3, 1), ("drain",), ("lookup", "c", 5, False),
     ]),
-    # an eviction's delete batch on Redis, during which a lookup read the block corrupt (the tier
-    # dropped it); the delete refused (DeleteFailedError), it was taken as kept and charged again
-    # with nothing stored. Found by the 10-minute run from 306000 (seeds 306272, 307396, 308063).
-    # Now a named refusal of a key the tier no longer charges asks whether the block is still there
-    "refused_named_delete_of_vanished": (306272, [
-        ("master", 0, 2, True), ("store", "a", 3, 0), ("step", 2, 441580666, []), ("corrupt", 0, 35),
-        ("store", "a", 4, 1), ("faults", 0, 1.0, 1.0), ("store", "c", 4, 2),
-        ("step", 2, 501974960, [("store", "a", 1, 0), ("store", "a", 3, 0)]), ("step", 3, 224540422, []),
-    ]),
 }  # fmt: skip
+FIXED.update(MORE)
