@@ -34,7 +34,7 @@ EDITS: dict[str, list[tuple[str, str, str]]] = {  # bug -> (file, text of the fi
     "N-erase_pinned": [(E + "erasure.py", "                if key in e.index:  # in use (a match holds it): marked "
                         "expired, erased on release\n                    continue\n", "")],
     "N-expired_discovered": [(E + "discovery.py", "if expired(key) or key in pl.erased", "if key in pl.erased")],
-    "N-unlanded_wrong_move": [(E + "mover.py", "w = self._write_into(move.key, src)", "return 0")],
+    "N-unlanded_wrong_move": [(E + "mover.py", "w = self.write_into(move.key, src)", "return 0")],
     "N-failed_demotion_release": [(E + "mover.py", "d = self._queued_delete(m) if m.release and m.delete_src and "
                                    "not m.ok else None", "d = None")],
     "N-corrupt_read_queued_delete": [(E + "lookup.py", "            _discovery.vanished(e.placement, t, key)",

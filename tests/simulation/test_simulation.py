@@ -12,7 +12,8 @@ import pytest
 
 from .__main__ import ACTIONS, BOUNDED
 from .harness import Failure, run_seed
-from .regressions import FIXED, MODEL_GAPS
+from .model_gaps import MODEL_GAPS
+from .regressions import FIXED
 
 # seed -> the open finding it shows (docs/testing.md, "Open findings"), by the violation it ends on
 OPEN: dict[int, str] = {}

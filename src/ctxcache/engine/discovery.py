@@ -29,13 +29,15 @@ def vanished(pl: Placement, t: int, key: Hashable) -> None:
     if key in tier:
         return  # still charged: a miss for other reasons (its tokens differ), or rewritten since
     moves = pl.mover.outstanding(key, t)
-    for m in moves:
+    for m in moves:  # in queue order: those up to the first write into this tier count the old bytes
         if m.src == t and m.release:
             slot.reserve(0, -m.release)
             m.release = 0
-        if m.dst == t and m.replaces:
-            slot.reserve(0, -m.replaces)
-            m.replaces = 0
+        if m.dst == t:
+            if m.replaces:
+                slot.reserve(0, -m.replaces)
+                m.replaces = 0
+            break  # a delete behind the write counts its new bytes, which still land (seed 200050)
     if not moves and key in slot.owners:
         node = pl.index.get(key)
         if node is not None and node.tier == t:  # indexed there (an expired block discovery read)

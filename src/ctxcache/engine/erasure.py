@@ -23,10 +23,23 @@ from . import discovery as _discovery
 
 if TYPE_CHECKING:
     from .core import Engine
+    from .slot import Slot
 
 audit = logging.getLogger("ctxcache.audit")
 SWEEP_BATCH = 4096  # expired blocks reclaimed per lock hold
 ERASED_IN_USE = float("-inf")  # the deadline of a block erased while a request held it
+
+
+def _orphan_copy(slot: Slot, key: Hashable) -> bool:
+    """A persistent tier may keep a copy of ``key`` it does not charge: an earlier run's or another
+    process's (Redis charges nothing at start). Its filter answers from memory, no I/O."""
+    return slot.persistent and not slot.holds(key) and slot.tier.might_contain_many([key])[0]
+
+
+def _unanswered(e: Engine, key: Hashable) -> bool:
+    """A persistent tier that does not charge ``key`` is down: whether it keeps an uncharged copy
+    (``_orphan_copy``) cannot be told until it is back."""
+    return any(s.persistent and not s.holds(key) and not s.tier.healthy for s in e.slots)
 
 
 def _erase_key(e: Engine, key: Hashable) -> bool:
@@ -43,6 +56,8 @@ def _erase_key(e: Engine, key: Hashable) -> bool:
             slot.tier.delete(key)
         elif slot.slow and pl.mover.leaving(key, t):  # a demotion out of it is queued: should its
             pl._drop(t, key, erase=True)  # write be refused, the block stays there (an orphan) without this delete
+        elif _orphan_copy(slot, key):  # left, discovery served it once the deadline went (seed 201097)
+            pl._drop(t, key, erase=True)
     if node is not None:
         e.index.remove(key)
         pl.prune(node.parent)
@@ -65,6 +80,9 @@ def _erase_nodes(e: Engine, nodes: list[Node]) -> tuple[list[Hashable], int]:
         else:
             busy += 1
             e.expiry.set(node.key, ERASED_IN_USE, node.depth)  # a miss from now on
+            for t, slot in enumerate(e.slots):  # should an eviction's delete be refused before the
+                if slot.slow and (slot.holds(node.key) or node.key in slot.owners):  # sweep comes, the
+                    e.placement.mark_erased(node.key, t)  # kept blob never serves again (seed 308667)
     return erased, busy
 
 
@@ -235,7 +253,22 @@ def _stored(e: Engine, key: Hashable) -> bool:
             return True
         if not slot.slow and key in slot.tier:
             return True
+        if _orphan_copy(slot, key):  # an uncharged copy: an earlier run's (seed 201097)
+            return True
     return False
+
+
+def _due(e: Engine, now: float) -> list[Hashable]:
+    """Expired keys to reclaim: the heap's, and once no persistent tier is down the keys ``held``
+    expired meanwhile (``_unanswered``; each still expired: a store may have renewed it since)."""
+    due = e.expiry.due(now, SWEEP_BATCH)
+    held = e.expiry.held
+    if held and not any(s.persistent and not s.tier.healthy for s in e.slots):
+        back = [k for k in held if e.expiry.expired(k, now)]
+        held.clear()
+        seen = set(back)
+        due = [*back, *(k for k in due if k not in seen)]
+    return due
 
 
 def sweep(e: Engine, now: float) -> int:
@@ -245,15 +278,20 @@ def sweep(e: Engine, now: float) -> int:
     done = 0
     with e.lock, e.leaving_as("expired"):
         later: list[tuple[Hashable, float, int]] = []
-        for key in e.expiry.due(now, SWEEP_BATCH):
+        for key in _due(e, now):
             node = e.index.get(key)
             if node is None and not _stored(e, key):
-                e.expiry.forget(key)
+                if _unanswered(e, key):  # kept expired, so discovery never takes a copy there once
+                    e.expiry.hold(key, now)  # it is back; taken again then (seed 300599)
+                else:
+                    e.expiry.forget(key)
                 continue
             if key in e.pins:  # a TTL is a limit on how long data is kept: it wins over a pin
                 e.pins.drop_covering([key])
             if _erase_key(e, key):
                 done += 1
+                if _unanswered(e, key):
+                    e.expiry.hold(key, now)
             else:  # pinned, or a parent whose children have not expired yet: retry next sweep
                 later.append((key, e.expiry.deadline[key], 0 if node is None else node.depth))
         for key, d, depth in later:

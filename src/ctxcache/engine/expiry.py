@@ -22,6 +22,9 @@ class Expiry:
         self.deadline: dict[Hashable, float] = {}
         self._heap: list[tuple[float, int, int, Hashable]] = []
         self._seq = itertools.count()
+        # keys kept expired with no heap entry while a tier that may keep a copy of them is down
+        # (engine/erasure.py ``sweep``): out of the heap, they cannot starve later deadlines
+        self.held: dict[Hashable, None] = {}
 
     def __len__(self) -> int:
         return len(self.deadline)
@@ -51,6 +54,12 @@ class Expiry:
 
     def forget(self, key: Hashable) -> None:
         self.deadline.pop(key, None)
+        self.held.pop(key, None)
+
+    def hold(self, key: Hashable, now: float) -> None:
+        """Keep ``key`` expired (a miss, never discovered) until the sweep takes it from ``held``."""
+        self.deadline[key] = now
+        self.held[key] = None
 
     def due(self, now: float, limit: int | None = None) -> list[Hashable]:
         """Pop the blocks whose deadline has passed (deepest first at equal deadlines)."""

@@ -194,6 +194,8 @@ def plan(e: Engine, nodes: list[Node]) -> tuple[list[Any], list[int], dict[int, 
             break
         src[i] = t
         tier = e.slots[t].tier
+        if m is not None and m.dst != t and tier.slow:  # a copy into another tier queued after its write
+            m = e.placement.mover.write_into(node.key, t)  # here: read, the tier gave the old blob (seed 200210)
         if m is not None and m.dst == t and m.payload is not None:
             payloads[i] = m.payload  # queued for a slow tier: still readable from the queue
         elif m is not None and m.dst == t and m.blob is not None and tier.codec is not None:

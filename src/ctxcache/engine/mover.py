@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -147,7 +148,7 @@ class Mover:
         if move.dst is not None or src is None or w is None:
             return 0
         if w.dst != src:  # a later move of the key is queued (an erasure's delete from a demotion's source)
-            w = self._write_into(move.key, src)
+            w = self.write_into(move.key, src)
         # The old bytes the delete counts (the tier's; none when a move out ahead of it counts
         # them, ``submit``) must be those the write replaces: then it adds what the write brings.
         if w is None or not w.reserve or w.ahead is not None or move.release != w.replaces:
@@ -155,9 +156,10 @@ class Mover:
         move.behind, w.ahead = w, move
         return w.reserve - w.replaces
 
-    def _write_into(self, key: Hashable, pos: int) -> Move | None:
-        """The last queued or unlanded write of ``key`` into tier ``pos`` (a scan: rare)."""
-        for m in reversed([*(m for _, m in self._landing), *self.queue]):
+    def write_into(self, key: Hashable, pos: int) -> Move | None:
+        """The last queued or unlanded write of ``key`` into tier ``pos`` (a scan: rare; a lookup's
+        when the key's latest move goes elsewhere, a copy queued after it: ``lookup.plan``)."""
+        for m in itertools.chain(reversed(self.queue), (m for _, m in reversed(self._landing))):  # no copy
             if m.key == key and m.dst == pos:
                 return m
         return None

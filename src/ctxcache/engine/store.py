@@ -41,7 +41,8 @@ def store(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int =
             watch.begin()
         try:
             got = _place(e, prompt, keys, payloads, blobs, sizes, first_block)
-            if got is None:
+            if got is None:  # its parent block is gone: still a store call (ctxcache_stores_total, seed 309031)
+                e.counters.stores += 1
                 return Usage()
             placed, walked = got
             size_of: dict[Hashable, int] = dict(zip(keys[first_block:], sizes))

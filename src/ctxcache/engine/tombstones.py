@@ -76,7 +76,9 @@ def _send(tier: Tier, gone: Sequence[Move], sizes: list[int]) -> None:
     """Delete the batch's blocks from ``tier``; a block whose delete raises gets ``kept``.
 
     A tier that names the deletes that failed (DeleteFailedError: a Redis Cluster with one
-    master down) is taken at its word: only those are kept, the rest landed. When the call
+    master down) is taken at its word: only those are kept, the rest landed (one refusal per key
+    it names: a key asked twice in a batch, an eviction's delete and a TTL's behind it, is gone
+    when either landed, and then neither keeps it; so in the retries below). When the call
     raises anything else, each key is tried once more on its own: the call may have stopped at
     its first failure, and deleting again what it did delete is a no-op. A retry that raises
     too is asked whether the block is still there (a read that tells gone from out of reach):
@@ -86,18 +88,21 @@ def _send(tier: Tier, gone: Sequence[Move], sizes: list[int]) -> None:
         tier.delete_many([m.key for m in gone])
         return
     except DeleteFailedError as exc:
-        failed = set(exc.failed)
+        failed = list(exc.failed)  # one entry per refused delete: a key asked twice may have landed once
         for m, size in zip(gone, sizes):
-            if m.key in failed:
-                m.kept = size
-        return
+            if m.key in failed:  # one the tier no longer charges may be gone (a lookup read it
+                failed.remove(m.key)  # corrupt meanwhile and dropped it): asked, as below (seed 306272)
+                m.kept = None if m.key not in tier and vanished(m, tier) else size
     except Exception:  # noqa: BLE001 - a failing backend must not fail the batch's other deletes
-        pass
-    for m, size in zip(gone, sizes):
-        try:
-            tier.delete(m.key)
-        except Exception:  # noqa: BLE001 - still in storage: placement charges it again
-            m.kept = None if vanished(m, tier) else size
+        for m, size in zip(gone, sizes):
+            try:
+                tier.delete(m.key)
+            except Exception:  # noqa: BLE001 - still in storage: placement charges it again
+                m.kept = None if vanished(m, tier) else size
+    landed = {m.key for m in gone if m.kept is None}  # another delete of a key in the batch (an
+    for m in gone:  # erasure's behind an eviction's) landed: nothing is kept, nothing charged again
+        if m.kept is not None and m.key in landed:  # (seeds 302132, 301772)
+            m.kept = None
 
 
 def settle(mover: Mover, tier: Tier, gone: Sequence[Move]) -> None:
@@ -126,12 +131,15 @@ def persist(e: Engine) -> None:
     since: ``Placement.unmark_erased``) goes: kept, the next run would delete that new block."""
     now = e.clock()
     erased = e.placement.erased
-    due = {k for k, d in e.expiry.deadline.items() if d <= now}
+    due = [k for k, d in e.expiry.deadline.items() if d <= now]
     keep: list[tuple[Hashable, str]] = []  # (key, tier name): an erased blob that tier may keep
     for t in e.placement.persistent:
         tier, name = e.tiers[t], e.slots[t].name
         marked = [k for k, ts in erased.items() if t in ts]
-        keys = [k for k in (*marked, *due) if k in tier]
+        # an expired block it may keep uncharged (an earlier run's copy: erasure.py ``_orphan_copy``),
+        # or may keep at all when down (its filter cannot answer): found after the restart, it was
+        maybe = tier.might_contain_many(due) if tier.healthy else [True] * len(due)  # served (302040, 303035)
+        keys = [k for k in marked if k in tier] + [k for k, m in zip(due, maybe) if m or k in tier]
         if keys:
             tier.bury(keys)
         keep += [(k, name) for k in {*marked, *keys}]
