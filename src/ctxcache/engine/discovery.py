@@ -86,12 +86,20 @@ def discover(
 
 def attach(
     pl: Placement, found: list[tuple[int, Block]], parent: Hashable, depth: int, tag: Any,
-    expired: Callable[[Hashable], bool] = lambda key: False,
+    expired: Callable[[Hashable], bool] = lambda key: False, since: int | None = None,
 ) -> Iterator[tuple[Node, Any, int]]:  # fmt: skip
     """Under the lock: index discovered blocks under ``parent`` (pinned by the caller), pin
     each, and yield (node, payload, tier). Stops where the chain no longer fits, or at a block
     whose TTL has run out (the lookup's walk cut the prefix there; storage still holds it until
-    the sweeper comes, and served from there it would outlive its TTL)."""
+    the sweeper comes, and served from there it would outlive its TTL).
+
+    ``since``: ``Placement.erased_epoch`` when the lookup released the lock to read. If an erased
+    blob's delete landed meanwhile (the deletes a restart queues for tombstoned blocks, an
+    erasure's), a block read before it may be that erased blob, no longer marked ``erased`` and no
+    longer leaving: nothing is attached (a miss; the next lookup discovers again). Without this,
+    the first lookup after a restart could serve, and index, an erased tenant's block."""
+    if since is not None and pl.erased_epoch != since:
+        return
     for t, block in found:
         key = block.key
         if expired(key) or t in pl.erased.get(key, ()) or t in pl.unverified.get(block.tenant, ()):

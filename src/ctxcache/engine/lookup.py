@@ -81,6 +81,7 @@ def lookup(e: Engine, prompt: Prompt) -> Match:
         if not reads and not (e.placement.persistent and len(nodes) < n_full):
             return finish(e, nodes, payloads, src, prompt, resolved=False)
         e.index.pin(nodes)  # held while the lock is released for I/O
+        epoch = e.placement.erased_epoch  # an erased blob's delete landing meanwhile voids discovery
     limit = throttle(e, nodes, reads, prompt.namespace.tenant)
     missed: list[tuple[int, Hashable]] = []  # (tier, key) of each slow read that came back empty
     unavailable = read(e, nodes, payloads, reads, limit, missed)
@@ -95,7 +96,7 @@ def lookup(e: Engine, prompt: Prompt) -> Match:
     with e.lock:
         for t, key in missed:
             _discovery.vanished(e.placement, t, key)
-        resolve(e, nodes, payloads, src, found, prompt.namespace, limit, unavailable)
+        resolve(e, nodes, payloads, src, found, prompt.namespace, limit, unavailable, epoch)
         return finish(e, nodes, payloads, src, prompt, resolved=True)
 
 
@@ -239,11 +240,12 @@ def read(
 
 def resolve(
     e: Engine, nodes: list[Node], payloads: list[Any], src: list[int], found: list[tuple[int, Block]], ns: Namespace,
-    limit: int, unavailable: set[int],
+    limit: int, unavailable: set[int], epoch: int | None = None,
 ) -> None:  # fmt: skip
     """Under the lock again: record losses, index discovered blocks, promote, unpin. Blocks from
     ``limit`` on were not loaded (throttled), and ``unavailable`` ones could not be reached (their
-    tier still holds and charges them): misses, not losses."""
+    tier still holds and charges them): misses, not losses. ``epoch``: ``Placement.erased_epoch``
+    when the lock was released (``discovery.attach``)."""
     pl = e.placement
     pinned = list(nodes)
     cut = min(first_missing(payloads), limit)
@@ -256,7 +258,7 @@ def resolve(
     now = e.clock()
     expired = (lambda key: e.expiry.expired(key, now)) if len(e.expiry) else (lambda key: False)
     parent = nodes[-1].key if nodes else ns.root
-    for node, payload, t in _discovery.attach(pl, found, parent, len(nodes), ns.tenant, expired):
+    for node, payload, t in _discovery.attach(pl, found, parent, len(nodes), ns.tenant, expired, epoch):
         pinned.append(node)
         nodes.append(node)
         payloads.append(payload)

@@ -65,6 +65,10 @@ class Placement:
         # copy of a block stored anew (``copy_at``) until it lands or a new write overwrites it.
         # Over a restart: the tombstone journals (engine/tombstones.py, engine/journal.py).
         self.erased: dict[Hashable, set[int]] = {}
+        # Bumped whenever a tier stops keeping an erased blob (``unmark_erased``): a lookup's
+        # discovery that read storage with the lock released before then may hold an erased
+        # payload that ``erased`` no longer names, so it attaches nothing (discovery.attach).
+        self.erased_epoch = 0
         self.unverified: dict[bytes, set[int]] = {}  # tenant -> tiers its last erasure could not search
 
     def _can_evict(self, t: int) -> Callable[[Any], bool]:
@@ -251,6 +255,7 @@ class Placement:
         ts = self.erased.get(key)
         if ts is not None and t in ts and not self.mover.deleting(key, t):
             ts.discard(t)
+            self.erased_epoch += 1
             if not ts:
                 del self.erased[key]
 
