@@ -55,13 +55,19 @@ def _store(cache: Any) -> None:
     assert cache.flush(10)
 
 
-def test_disk_an_erased_block_a_refused_delete_kept_stays_erased_after_a_restart(tmp_path: Path) -> None:
-    path = tmp_path / "disk"
+def _erased_with_refused_unlinks(path: Path) -> Any:
+    """A cache over a disk at ``path`` whose tenant was erased while the disk refused every unlink."""
     disk = RefusingDisk(1 << 20, path=path, fsync=False)
     cache = cache_with([disk], TENANTS)
     _store(cache)
     disk.refuse = True
     cache.erase_tenant("acme")
+    return cache
+
+
+def test_disk_an_erased_block_a_refused_delete_kept_stays_erased_after_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "disk"
+    cache = _erased_with_refused_unlinks(path)
     assert len(list((path / "blocks").rglob("*.blk"))) == 2  # still stored: the unlinks failed
     cache.close()
     assert len((path / "tombstones").read_text().split()) == 2
@@ -84,11 +90,7 @@ def test_disk_an_erased_block_read_by_discovery_before_its_restart_delete_landed
     and reported (the blocks no longer marked erased, no delete outstanding), then ``attach``
     indexed and served what was read: the erased tenant's payload. Forced here in that order."""
     path = tmp_path / "disk"
-    disk = RefusingDisk(1 << 20, path=path, fsync=False)
-    cache = cache_with([disk], TENANTS)
-    _store(cache)
-    disk.refuse = True
-    cache.erase_tenant("acme")
+    cache = _erased_with_refused_unlinks(path)
     cache.close()
     assert len((path / "tombstones").read_text().split()) == 2
 
