@@ -14,6 +14,9 @@ Configuration comes from ``kv_connector_extra_config``:
   with tensor parallelism).
 - ``stats_path``: a JSON file the worker rewrites with its counters (twice a second at most; per rank).
 - ``save_decode``: also store blocks of generated tokens (default true: the next chat turn reuses them).
+- ``hma_segment``: with vLLM's hybrid KV manager (several KV-cache groups, e.g. Gemma 3's sliding
+  windows), tokens between the points where sliding-window groups' blocks are kept (groups.py;
+  default 1024, a multiple of the block size; 0: only at each prompt's end).
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
+    SupportsHMA,
 )
 
 from ...config import CacheConfig, load_config
 from ...errors import ConfigError
+from .groups import DEFAULT_SEGMENT, groups_of, zip_groups
 from .lookup import default_socket_path
 from .plan import LoadSpec, Planner, SaveSpec, block_ratio
 from .ranks import AllRanksLookup, check_world, rank_path
@@ -40,7 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _DEFAULT = {"tiers": [{"kind": "memory", "capacity": "4GiB"}]}
-_KEYS = {"config", "block_size", "socket", "stats_path", "save_decode"}
+_KEYS = {"config", "block_size", "socket", "stats_path", "save_decode", "hma_segment"}
 
 
 @dataclass
@@ -90,7 +95,7 @@ def _tp_rank() -> int:
     return int(get_tensor_model_parallel_rank())
 
 
-class CtxCacheConnector(KVConnectorBase_V1):  # type: ignore[misc]
+class CtxCacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
     def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any = None) -> None:
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         tc = self._kv_transfer_config
@@ -100,12 +105,10 @@ class CtxCacheConnector(KVConnectorBase_V1):  # type: ignore[misc]
         pc = vllm_config.parallel_config
         check_world(int(pc.tensor_parallel_size), int(pc.pipeline_parallel_size))
         self._world = int(pc.tensor_parallel_size)
-        groups = getattr(kv_cache_config, "kv_cache_groups", None) or []
-        if len(groups) > 1:
-            raise ConfigError(
-                f"the ctxcache connector needs one KV cache group, vLLM made {len(groups)} "
-                "(hybrid KV cache manager); run with --disable-hybrid-kv-cache-manager"
-            )
+        # Several groups: vLLM's hybrid KV manager (we implement SupportsHMA), see groups.py.
+        several = len(getattr(kv_cache_config, "kv_cache_groups", None) or []) > 1
+        self._groups = groups_of(kv_cache_config, self._vllm_block) if several else None
+        self._hma_segment = int(extra.get("hma_segment", DEFAULT_SEGMENT))
         self._socket = Path(extra["socket"]) if "socket" in extra else default_socket_path(str(tc.engine_id))
         self._stats_path = Path(extra["stats_path"]) if extra.get("stats_path") else None
         self._num_blocks = int(getattr(kv_cache_config, "num_blocks", 0) or 0)
@@ -131,7 +134,7 @@ class CtxCacheConnector(KVConnectorBase_V1):  # type: ignore[misc]
         num_blocks = self._num_blocks or int(first.shape[0])
         rank = _tp_rank() if self._world > 1 else 0
         w = open_worker(self._cfg, self._fp, kv_caches, num_blocks, self._vllm_block, self._socket,
-                        self._stats_path, rank, self._world)  # fmt: skip
+                        self._stats_path, rank, self._world, self._groups, self._hma_segment)  # fmt: skip
         self._worker = w
         assert w.layout is not None
         log.info("ctxcache connector: rank %d of %d, %d layers, block %d tokens (%d vLLM blocks), socket %s",
@@ -175,9 +178,11 @@ class CtxCacheConnector(KVConnectorBase_V1):  # type: ignore[misc]
         assert self._planner is not None
         so = scheduler_output
         cached = so.scheduled_cached_reqs
-        new = ((r.req_id, r.block_ids[0], r.num_computed_tokens) for r in so.scheduled_new_reqs)
+        # One group: its block ids. Several (hybrid): one tuple of ids per block position (groups.py).
+        pick = zip_groups if self._groups is not None else (lambda ids: ids[0])
+        new = ((r.req_id, pick(r.block_ids), r.num_computed_tokens) for r in so.scheduled_new_reqs)
         old = (
-            (rid, ids[0] if ids is not None else None, rid in cached.resumed_req_ids, cached.num_computed_tokens[i])
+            (rid, pick(ids) if ids is not None else None, rid in cached.resumed_req_ids, cached.num_computed_tokens[i])
             for i, (rid, ids) in enumerate(zip(cached.req_ids, cached.new_block_ids))
         )
         plan = self._planner.step(new, old, dict(so.num_scheduled_tokens))
@@ -192,3 +197,9 @@ class CtxCacheConnector(KVConnectorBase_V1):  # type: ignore[misc]
         if self._planner is not None:
             self._planner.finished(request.request_id)
         return False, None
+
+    def request_finished_all_groups(
+        self, request: Any, block_ids: tuple[list[int], ...]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """SupportsHMA: the same as ``request_finished`` (saves happen per step, never after)."""
+        return self.request_finished(request, [])

@@ -75,6 +75,8 @@ class Stash:
         self.cache, self.ttl, self.clock = cache, ttl, clock
         self._lock = threading.Lock()
         self._items: dict[str, tuple[Match, bytes, float]] = {}
+        # The hit a Match is good for (hybrid KV groups cut it back, groups.py); None: all of it.
+        self.usable: Callable[[Match], int] | None = None
         # The scheduler waits for every lookup before it schedules the request: its share of TTFT.
         self.lookups, self.lookup_s, self.lookup_max_s = 0, 0.0, 0.0
 
@@ -94,7 +96,7 @@ class Stash:
         if old is not None:
             self._release(old[0])
         self.expire()
-        return match.hit_tokens
+        return match.hit_tokens if self.usable is None else min(match.hit_tokens, self.usable(match))
 
     def take(self, req_id: str, tokens: Tokens) -> Match | None:
         """The stashed Match for ``req_id`` if its tokens and ``tokens`` agree as far as both go (the

@@ -62,6 +62,7 @@ class SaveSpec:
     tokens: list[int]  # the prefix up to the end of the last block to save
     first_block: int  # ctxcache block index of the first block to save
     block_ids: list[int]  # vLLM block ids of those ctxcache blocks, ``ratio`` per block
+    prompt_len: int = 0  # the request's prompt length (hybrid KV groups: which window blocks to keep)
 
 
 @dataclass
@@ -126,7 +127,7 @@ class Planner:
     def load_failed(self, bad_block_ids: set[int]) -> None:
         """Blocks that failed to load are not stored: save them again once recomputed."""
         for st in self.reqs.values():
-            bad = [i for i, b in enumerate(st.loaded) if b in bad_block_ids]
+            bad = [i for i, b in enumerate(st.loaded) if _ids_of(b) & bad_block_ids]
             if bad:
                 st.saved = min(st.saved, (st.load_first + bad[0]) // self.ratio)
 
@@ -179,12 +180,19 @@ class Planner:
         if done <= st.saved:
             return
         r = self.ratio
+        prompt_len = len(getattr(st.request, "prompt_token_ids", None) or tokens)
         plan.saves.append(
             SaveSpec(
-                req_id, st.tenant, list(tokens[: done * self.cc_block]), st.saved, st.block_ids[st.saved * r : done * r]
+                req_id, st.tenant, list(tokens[: done * self.cc_block]), st.saved, st.block_ids[st.saved * r : done * r],
+                prompt_len,
             )
-        )
+        )  # fmt: skip
         st.saved = done
+
+
+def _ids_of(b: Any) -> set[int]:
+    """A block position's vLLM ids: an int, or (hybrid KV groups) one id per group."""
+    return {b} if isinstance(b, int) else set(b)
 
 
 def _lora_name(request: Any) -> str | None:

@@ -30,6 +30,7 @@ import torch
 from ...cache import ContextCache, Match
 from ...config import CacheConfig
 from ...keys import as_token_array
+from .groups import DEFAULT_SEGMENT, Group, HybridLayout, flat_ids
 from .kv import KVLayout
 from .lookup import LookupServer, Stash
 from .plan import LoadSpec, SaveSpec, block_ratio
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 _COUNTERS = (
     "load_requests", "loaded_blocks", "load_errors", "saved_blocks", "save_requests", "saves_dropped",
     "store_errors", "stored_blocks", "load_s", "load_max_s", "save_copy_s", "save_copy_max_s", "store_s",
+    "saved_bytes",
 )  # fmt: skip
 
 
@@ -52,16 +54,25 @@ def open_worker(
     stats_path: Path | None = None,
     rank: int = 0,
     world: int = 1,
+    groups: Sequence[Group] | None = None,
+    hma_segment: int = DEFAULT_SEGMENT,
 ) -> WorkerSide:
     """One worker rank's side, as ``register_kv_caches`` builds it: its cache (namespace: the model
     fingerprint, the KV layout, and with ``world`` > 1 the rank; ranks.py), its lookup socket and
-    stats file (per rank with ``world`` > 1)."""
-    layout = KVLayout(kv_caches, num_blocks, vllm_block)
+    stats file (per rank with ``world`` > 1). With several KV-cache ``groups`` (vLLM's hybrid
+    manager) the layout is per group (groups.py) and the namespace names the groups."""
+    layout: KVLayout | HybridLayout
+    if groups is not None and len(groups) > 1:
+        layout = HybridLayout(kv_caches, groups, num_blocks, vllm_block, cfg.block_size, hma_segment)
+    else:
+        layout = KVLayout(kv_caches, num_blocks, vllm_block)
     model = rank_model(f"{cfg.model}|{model_fp}|{layout.fingerprint()}", rank, world)
     cache = ContextCache.from_config(replace(rank_config(cfg, rank, world), model=model))
     stats = rank_path(stats_path, rank, world) if stats_path is not None else None
     worker = WorkerSide(cache, vllm_block, rank_path(socket_path, rank, world), stats)
     worker.layout = layout
+    if isinstance(layout, HybridLayout):  # a hit needs every sliding-window group's blocks
+        worker.stash.usable = layout.usable_tokens
     return worker
 
 
@@ -77,7 +88,7 @@ class WorkerSide:
         self.cache = cache
         self.ratio = block_ratio(cache.block_size, vllm_block)
         self.vllm_block = vllm_block
-        self.layout: KVLayout | None = None
+        self.layout: KVLayout | HybridLayout | None = None
         self.stash = Stash(cache)
         self.server = LookupServer(self.stash, socket_path, self.stats)
         self.stats_path = stats_path
@@ -126,7 +137,9 @@ class WorkerSide:
                     continue
                 ok_ids.append(bid)
                 parts.append((payload, v % r))
-            self.layout.scatter(ok_ids, parts)
+            missing = self.layout.scatter(ok_ids, parts)  # hybrid: a group's layers vLLM needs, not stored
+            if missing:
+                self._errors.update(missing)
             self.c["loaded_blocks"] += len(ok_ids)
             self.c["load_errors"] += len(spec.block_ids) - len(ok_ids)
         except Exception as exc:  # a dead tier, a bug: vLLM recomputes, the engine keeps running
@@ -139,19 +152,23 @@ class WorkerSide:
 
     def take_errors(self) -> set[int]:
         errors, self._errors = self._errors, set()
-        return errors
+        return {x for e in errors for x in flat_ids(e)}  # hybrid: a position's ids, one per group
 
     # --- saves ----------------------------------------------------------------------------------
     def save(self, specs: Sequence[SaveSpec]) -> None:
         assert self.layout is not None, "register_kv_caches was not called"
         for spec in specs:
             t0 = time.perf_counter()
-            payloads = self.layout.gather(spec.block_ids, self.ratio)
+            if isinstance(self.layout, HybridLayout):
+                payloads = self.layout.gather(spec.block_ids, self.ratio, spec.first_block, spec.prompt_len)
+            else:
+                payloads = self.layout.gather(spec.block_ids, self.ratio)
             dt = time.perf_counter() - t0
             self.c["save_copy_s"] += dt
             self.c["save_copy_max_s"] = max(self.c["save_copy_max_s"], dt)
             self.c["save_requests"] += 1
             self.c["saved_blocks"] += len(payloads)
+            self.c["saved_bytes"] += sum(int(t.nbytes) for p in payloads for t in p)
             try:
                 self._q.put_nowait((spec.tenant, as_token_array(spec.tokens), payloads, spec.first_block))
             except queue.Full:
