@@ -204,6 +204,7 @@ class WorkerSide:
         timing = {"lookups": st.lookups, "lookup_s": st.lookup_s, "lookup_max_s": st.lookup_max_s}
         out: dict[str, Any] = {"connector": {**self.c, **timing}, "stashed": len(st), "queued": self._q.qsize()}
         out["closed"] = self._closed
+        out["layout"] = self.layout.fingerprint() if self.layout is not None else None  # hybrid: "|hma:g0=..."
         out["cache"] = self.cache.stats()
         return out
 
