@@ -22,6 +22,7 @@ Configuration comes from ``kv_connector_extra_config``:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -179,7 +180,7 @@ class CtxCacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
         so = scheduler_output
         cached = so.scheduled_cached_reqs
         # One group: its block ids. Several (hybrid): one tuple of ids per block position (groups.py).
-        pick = zip_groups if self._groups is not None else (lambda ids: ids[0])
+        pick: Callable[[Any], Any] = zip_groups if self._groups is not None else (lambda ids: ids[0])
         new = ((r.req_id, pick(r.block_ids), r.num_computed_tokens) for r in so.scheduled_new_reqs)
         old = (
             (rid, pick(ids) if ids is not None else None, rid in cached.resumed_req_ids, cached.num_computed_tokens[i])

@@ -166,23 +166,23 @@ class HybridLayout:
 
     # --- out of vLLM ----------------------------------------------------------------------------
     def gather(
-        self, block_ids: Sequence[tuple[int, ...]], ratio: int, first_block: int = 0, prompt_len: int = 0
+        self, block_ids: Sequence[Any], ratio: int, first_block: int = 0, prompt_len: int = 0
     ) -> list[list[torch.Tensor]]:
         """Payloads of whole ctxcache blocks from ``first_block`` on: ``[block][layer]``, every
         group's layers (empty where not kept). Stops before a block whose full-attention ids
         include the null block (nothing there to store)."""
         n = len(block_ids) // ratio
         for b in range(n):
-            ids = block_ids[b * ratio : (b + 1) * ratio]
-            if any(x[gi] == NULL_BLOCK for x in ids for gi, need in enumerate(self.need) if need is None):
+            pos = block_ids[b * ratio : (b + 1) * ratio]
+            if any(x[gi] == NULL_BLOCK for x in pos for gi, need in enumerate(self.need) if need is None):
                 n = b
                 break
         out: list[list[torch.Tensor]] = [[] for _ in range(n)]
         for gi, part in enumerate(self.parts):
             kept = []
             for b in range(n):
-                ids = [x[gi] for x in block_ids[b * ratio : (b + 1) * ratio]]
-                if self.keep(gi, first_block + b, prompt_len) and NULL_BLOCK not in ids:
+                mine = [x[gi] for x in block_ids[b * ratio : (b + 1) * ratio]]
+                if self.keep(gi, first_block + b, prompt_len) and NULL_BLOCK not in mine:
                     kept.append(b)
             got = part.gather([x[gi] for b in kept for x in block_ids[b * ratio : (b + 1) * ratio]], ratio)
             by_block = dict(zip(kept, got))
@@ -210,7 +210,7 @@ class HybridLayout:
             out.extend(checked)
         return out
 
-    def scatter(self, block_ids: Sequence[tuple[int, ...]], parts: Sequence[tuple[list[Any], int]]) -> set[int]:
+    def scatter(self, block_ids: Sequence[Any], parts: Sequence[tuple[list[Any], int]]) -> set[int]:
         """Write each group's layers into its block ids (null ids skipped). Returns the block ids
         vLLM needs that the payload does not hold (empty for that group): load errors."""
         bad: set[int] = set()
