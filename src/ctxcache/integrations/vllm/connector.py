@@ -16,7 +16,7 @@ Configuration comes from ``kv_connector_extra_config``:
 - ``save_decode``: also store blocks of generated tokens (default true: the next chat turn reuses them).
 - ``hma_segment``: with vLLM's hybrid KV manager (several KV-cache groups, e.g. Gemma 3's sliding
   windows), tokens between the points where sliding-window groups' blocks are kept (groups.py;
-  default 1024, a multiple of the block size; 0: only at each prompt's end).
+  default 1024 rounded up to whole blocks, a multiple of the block size; 0: only at each prompt's end).
 """
 
 from __future__ import annotations
@@ -109,7 +109,10 @@ class CtxCacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
         # Several groups: vLLM's hybrid KV manager (we implement SupportsHMA), see groups.py.
         several = len(getattr(kv_cache_config, "kv_cache_groups", None) or []) > 1
         self._groups = groups_of(kv_cache_config, self._vllm_block) if several else None
-        self._hma_segment = int(extra.get("hma_segment", DEFAULT_SEGMENT))
+        bs = self._cfg.block_size  # the default segment, rounded up to whole ctxcache blocks
+        self._hma_segment = int(extra.get("hma_segment", -(-DEFAULT_SEGMENT // bs) * bs))
+        if self._hma_segment < 0 or self._hma_segment % bs:
+            raise ConfigError(f"hma_segment {self._hma_segment} must be a non-negative multiple of block_size {bs}")
         self._socket = Path(extra["socket"]) if "socket" in extra else default_socket_path(str(tc.engine_id))
         self._stats_path = Path(extra["stats_path"]) if extra.get("stats_path") else None
         self._num_blocks = int(getattr(kv_cache_config, "num_blocks", 0) or 0)
