@@ -1,4 +1,4 @@
-"""Gemma 3 with vLLM's hybrid KV manager on (the connector implements SupportsHMA): vLLM CPU, fp32.
+"""Gemma 3 with vLLM's hybrid KV manager on (CtxCacheHybridConnector, SupportsHMA): vLLM CPU, fp32.
 
 Four engines, one at a time, each in its own process (run.py), all on Gemma 3 270M (15 sliding-
 window layers, window 512, in five KV-cache groups; 3 full-attention layers in one):
@@ -7,8 +7,8 @@ B  hybrid on, the connector on a fresh RAM + disk cache: P (2,000 tokens, prefil
    chunks: longer than max_num_batched_tokens) and D + question 1 (D: a 1,500-token document);
 C  hybrid on, a new engine on B's disk (a restart): P again (reused whole), D + question 2 (reused
    up to the last segment boundary inside D, 1,024 tokens);
-O  hybrid off (today's layout), the connector on a fresh cache: B's two prompts, for the bytes per
-   stored block of the same blocks.
+O  CtxCacheConnector (no SupportsHMA: vLLM turns hybrid off, today's layout) on a fresh cache: B's
+   two prompts, for the bytes per stored block of the same blocks.
 The unit tests (test_groups.py) cover the window rule, the all-groups rule and a missing group's
 block on the real group layout without vLLM.
 """
@@ -29,6 +29,7 @@ P = [2, *_tokens(11, 1999)]  # 15 whole blocks + 80 tokens
 D = [2, *_tokens(12, 1499)]  # 11 whole blocks + 92 tokens
 Q1, Q2 = _tokens(13, 300), _tokens(14, 300)
 MAX_TOKENS = 12
+HYBRID = "CtxCacheHybridConnector"  # SupportsHMA (opt-in); "CtxCacheConnector" keeps vLLM's hybrid manager off
 
 
 def _cfg(tmp: Path, name: str) -> dict[str, Any]:
@@ -43,9 +44,9 @@ def _reqs(*prompts: list[int]) -> list[dict[str, Any]]:
 
 def test_gemma3_hybrid_restart_reuse_and_bytes_per_block(tmp_path: Path) -> None:
     ref = run_engine(tmp_path, "A", _reqs(P, D + Q1, D + Q2), None)
-    b = run_engine(tmp_path, "B", _reqs(P, D + Q1), _cfg(tmp_path, "hma"))
-    c = run_engine(tmp_path, "C", _reqs(P, D + Q2), _cfg(tmp_path, "hma"))
-    o = run_engine(tmp_path, "O", _reqs(P, D + Q1), _cfg(tmp_path, "off"), disable_hma=True)
+    b = run_engine(tmp_path, "B", _reqs(P, D + Q1), _cfg(tmp_path, "hma"), HYBRID)
+    c = run_engine(tmp_path, "C", _reqs(P, D + Q2), _cfg(tmp_path, "hma"), HYBRID)
+    o = run_engine(tmp_path, "O", _reqs(P, D + Q1), _cfg(tmp_path, "off"))  # today's connector: vLLM turns hybrid off
     outs = [r["output"] for r in ref["requests"]]
 
     # B: nothing cached yet; every whole block of both prompts stored (P: 4 chunks of 512 tokens)

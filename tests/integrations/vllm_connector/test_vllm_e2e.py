@@ -35,7 +35,12 @@ CORRUPT_Q_BLOCK = 3
 
 
 def run_engine(
-    tmp: Path, name: str, requests: list[dict[str, Any]], connector: dict[str, Any] | None, **extra: Any
+    tmp: Path,
+    name: str,
+    requests: list[dict[str, Any]],
+    connector: dict[str, Any] | None,
+    connector_class: str = "CtxCacheConnector",
+    **extra: Any,
 ) -> Any:
     """One engine in its own process; ``extra``: more job keys (run.py), e.g. tensor_parallel_size."""
     job: dict[str, Any] = {
@@ -47,7 +52,7 @@ def run_engine(
         stats = str(tmp / f"{name}-stats.json")
         job["stats_path"] = stats
         job["kv_transfer_config"] = {
-            "kv_connector": "CtxCacheConnector",
+            "kv_connector": connector_class,
             "kv_connector_module_path": "ctxcache.integrations.vllm",
             "kv_role": "kv_both",
             "kv_connector_extra_config": {**connector, "stats_path": stats},

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CtxCacheConnector"]
+__all__ = ["CtxCacheConnector", "CtxCacheHybridConnector"]
 
 
 def __getattr__(name: str) -> Any:
@@ -17,4 +17,8 @@ def __getattr__(name: str) -> Any:
         from .connector import CtxCacheConnector
 
         return CtxCacheConnector
+    if name == "CtxCacheHybridConnector":  # SupportsHMA: vLLM keeps its hybrid KV manager on
+        from .connector import CtxCacheHybridConnector
+
+        return CtxCacheHybridConnector
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

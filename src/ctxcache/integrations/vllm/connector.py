@@ -96,7 +96,7 @@ def _tp_rank() -> int:
     return int(get_tensor_model_parallel_rank())
 
 
-class CtxCacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
+class CtxCacheConnector(KVConnectorBase_V1):  # type: ignore[misc]
     def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any = None) -> None:
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         tc = self._kv_transfer_config
@@ -202,8 +202,18 @@ class CtxCacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
             self._planner.finished(request.request_id)
         return False, None
 
+
+class CtxCacheHybridConnector(CtxCacheConnector, SupportsHMA):  # type: ignore[misc]
+    """The connector with vLLM's hybrid KV manager kept on (``SupportsHMA``; groups.py).
+
+    Opt-in (``"kv_connector": "CtxCacheHybridConnector"``): vLLM decides from the connector's class
+    whether to keep its hybrid manager, and with several KV-cache groups vLLM 0.32.0 cannot
+    recompute a block that failed to load (docs/vllm.md, "Hybrid KV groups"), so the default
+    connector keeps vLLM's hybrid manager off, as before.
+    """
+
     def request_finished_all_groups(
         self, request: Any, block_ids: tuple[list[int], ...]
     ) -> tuple[bool, dict[str, Any] | None]:
-        """SupportsHMA: the same as ``request_finished`` (saves happen per step, never after)."""
+        """The same as ``request_finished`` (saves happen per step, never after)."""
         return self.request_finished(request, [])
