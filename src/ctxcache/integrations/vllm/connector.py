@@ -106,7 +106,7 @@ class CtxCacheConnector(KVConnectorBase_V1):  # type: ignore[misc]
         pc = vllm_config.parallel_config
         check_world(int(pc.tensor_parallel_size), int(pc.pipeline_parallel_size))
         self._world = int(pc.tensor_parallel_size)
-        # Several groups: vLLM's hybrid KV manager (we implement SupportsHMA), see groups.py.
+        # Several groups: vLLM's hybrid KV manager (CtxCacheHybridConnector below), see groups.py.
         several = len(getattr(kv_cache_config, "kv_cache_groups", None) or []) > 1
         self._groups = groups_of(kv_cache_config, self._vllm_block) if several else None
         bs = self._cfg.block_size  # the default segment, rounded up to whole ctxcache blocks
@@ -217,3 +217,10 @@ class CtxCacheHybridConnector(CtxCacheConnector, SupportsHMA):  # type: ignore[m
     ) -> tuple[bool, dict[str, Any] | None]:
         """The same as ``request_finished`` (saves happen per step, never after)."""
         return self.request_finished(request, [])
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        bad = super().get_block_ids_with_load_errors()
+        if bad and self._groups is not None:  # vLLM 0.32.0: Scheduler._handle_invalid_blocks raises
+            log.error("ctxcache connector: %d blocks failed to load; with %d KV-cache groups vLLM cannot "
+                      "recompute them and stops (docs/vllm.md, Hybrid KV groups)", len(bad), len(self._groups))  # fmt: skip
+        return bad

@@ -140,6 +140,7 @@ class WorkerSide:
             missing = self.layout.scatter(ok_ids, parts)  # hybrid: a group's layers vLLM needs, not stored
             if missing:
                 self._errors.update(missing)
+                self.c["load_errors"] += len(missing)
             self.c["loaded_blocks"] += len(ok_ids)
             self.c["load_errors"] += len(spec.block_ids) - len(ok_ids)
         except Exception as exc:  # a dead tier, a bug: vLLM recomputes, the engine keeps running
