@@ -78,3 +78,12 @@ def test_gemma3_hybrid_restart_reuse_and_bytes_per_block(tmp_path: Path) -> None
     # on: the full-attention group in all 29 blocks; the sliding-window groups in 8 of P's 15 blocks
     # (4-7: before the boundary at 1,024; 11-14: before P's resume point) and 8 of D + Q1's 14
     assert bc["saved_bytes"] == (29 * 3 + 16 * 15) * layer_block
+
+
+def test_only_the_hybrid_connector_keeps_vllms_hybrid_manager() -> None:
+    """vLLM decides from the class (KVConnectorFactory.supports_hma_config): opt-in by name."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import supports_hma
+
+    from ctxcache.integrations.vllm import CtxCacheConnector, CtxCacheHybridConnector
+
+    assert supports_hma(CtxCacheHybridConnector) and not supports_hma(CtxCacheConnector)
