@@ -41,8 +41,8 @@ def store(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int =
             watch.begin()
         try:
             got = _place(e, prompt, keys, payloads, blobs, sizes, first_block)
-            if got is None:  # its parent block is gone: still a store call (ctxcache_stores_total, seed 309031)
-                e.counters.stores += 1
+            e.counters.stores += 1  # also when its parent block is gone (ctxcache_stores_total, seed 309031)
+            if got is None:
                 return Usage()
             placed, walked = got
             size_of: dict[Hashable, int] = dict(zip(keys[first_block:], sizes))
@@ -50,7 +50,6 @@ def store(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int =
             _refresh(e, keys[:walked], tenant)
             if e.through and placed:  # before drain: a block it demotes finds its copy queued
                 copy_down(pl, e.through, placed, payloads, blobs, first_block, tenant)
-            e.counters.stores += 1
             e.counters.stored_blocks += len(placed)
             pl.drain()
         finally:

@@ -1,11 +1,15 @@
-"""Tensor parallelism end to end: vLLM's CPU build with --tensor-parallel-size 2 (two worker
-processes, one core each: ``VLLM_CPU_OMP_THREADS_BIND=0|1``, docs/vllm.md), fp32, eager, greedy.
+"""Tensor and pipeline parallelism end to end: vLLM's CPU build with two worker processes, one core
+each (``VLLM_CPU_OMP_THREADS_BIND=0|1``, docs/vllm.md), fp32, greedy; each run twice:
+``tp2`` --tensor-parallel-size 2, eager (each rank holds half of the KV heads), and ``pp2``
+--pipeline-parallel-size 2 (each stage holds 9 of Gemma 3 270M's 18 layers), **compiled, not
+eager**: vllm-cpu 0.32 in eager mode skips its warm-up run, so the second stage never allocates its
+intermediate tensors and fails its first step (``assert self.intermediate_tensors is not None``).
 
-A  TP=2 with the connector on a fresh RAM + disk cache: P and Q cold (each rank stores its shard).
+A  two ranks with the connector on a fresh RAM + disk cache: P and Q cold (each rank stores its part).
    Then Q's block 2 is deleted from rank 1's disk directory only: a write of rank 1 that failed.
-B  a new TP=2 engine on the same cache (a restart): P from both ranks' shards, outputs identical to
-   A's; Q only up to its block 2 (rank 0 still holds blocks 2-4; the all-ranks rule makes them a
-   miss, so they are recomputed on both ranks), output identical to A's.
+B  a new engine of the same shape on the same cache (a restart): P from both ranks' parts, outputs
+   identical to A's; Q only up to its block 2 (rank 0 still holds blocks 2-4; the all-ranks rule
+   makes them a miss, so they are recomputed on both ranks), output identical to A's.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from .test_vllm_e2e import BLOCK, run_engine  # noqa: E402
 P = [2, *_tokens(11, 1099)]  # 8 whole 128-token blocks + 76 tokens
 Q = [2, *_tokens(12, 699)]  # 5 whole blocks + 60 tokens
 LOST = 2  # Q's block that rank 1 lost
+SHAPES = {"tp2": {"tensor_parallel_size": 2}, "pp2": {"pipeline_parallel_size": 2, "enforce_eager": False}}
 
 
 def drop_block(rank_dir: Path, tokens: list[int], block: int) -> int:
@@ -36,17 +41,18 @@ def drop_block(rank_dir: Path, tokens: list[int], block: int) -> int:
     return len(files)
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    tmp = tmp_path_factory.mktemp("vllm-tp")
+@pytest.fixture(scope="module", params=list(SHAPES))
+def runs(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> dict[str, Any]:
+    shape = SHAPES[request.param]
+    tmp = tmp_path_factory.mktemp(f"vllm-{request.param}")
     cfg = {"tiers": [{"kind": "memory", "capacity": "256MiB"}, {"kind": "disk", "capacity": "2GiB", "path": str(tmp / "disk")}]}  # fmt: skip
     conn = {"config": cfg}
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0|1")  # one core per rank (auto binding wants a NUMA node each)
     req = lambda toks: {"tokens": toks, "max_tokens": 12}  # noqa: E731
-    out: dict[str, Any] = {"A": run_engine(tmp, "A", [req(P), req(Q)], conn, tensor_parallel_size=2)}
+    out: dict[str, Any] = {"A": run_engine(tmp, "A", [req(P), req(Q)], conn, **shape)}
     out["files"] = {r: len(list((tmp / "disk" / f"r{r}of2").rglob("*.blk"))) for r in range(2)}
     out["dropped"] = drop_block(tmp / "disk" / "r1of2", Q, LOST)
-    out["B"] = run_engine(tmp, "B", [req(P), req(Q)], conn, tensor_parallel_size=2)
+    out["B"] = run_engine(tmp, "B", [req(P), req(Q)], conn, **shape)
     return out
 
 

@@ -36,6 +36,16 @@ def shard(kv: dict[str, torch.Tensor], rank: int, world: int) -> dict[str, torch
     return {k: t[:, rank * n : (rank + 1) * n].clone() for k, t in kv.items()}
 
 
+def stage_shard(kv: dict[str, torch.Tensor], rank: int, world: int, pp: int = 1) -> dict[str, torch.Tensor]:
+    """Flat rank ``rank``'s part with ``pp`` pipeline stages (vLLM's numbering: stage * TP + TP rank):
+    its stage's consecutive slice of the layers, its TP rank's heads of each."""
+    tp = world // pp
+    stage, t = divmod(rank, tp)
+    names = list(kv)
+    per = len(names) // pp
+    return shard({k: kv[k] for k in names[stage * per : (stage + 1) * per]}, t, tp)
+
+
 def config(tmp: Path) -> CacheConfig:
     disk = {"kind": "disk", "capacity": "32MiB", "path": str(tmp / "disk")}
     return load_config({"block_size": CC, "tiers": [{"kind": "memory", "capacity": "8MiB"}, disk]})

@@ -3,7 +3,7 @@
 vLLM builds one instance per role: SCHEDULER in the engine-core process (decides what to load and
 save, see plan.py) and WORKER in each worker process (holds the cache, copies KV, see worker.py);
 they talk through a Unix socket (lookup.py) and through the per-step metadata vLLM ships from the
-scheduler to the workers. With tensor parallelism each rank is a worker side of its own, with its
+scheduler to the workers. With tensor or pipeline parallelism each rank is a worker side of its own, with its
 own keys, socket and disk directory, and the scheduler asks every rank (ranks.py).
 Configuration comes from ``kv_connector_extra_config``:
 
@@ -90,10 +90,11 @@ def model_fingerprint(vllm_config: Any) -> str:
     return f"vllm:{name}@{getattr(mc, 'revision', None)}:{mc.dtype}"
 
 
-def _tp_rank() -> int:
-    from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+def _rank(tp: int) -> int:
+    """This worker's flat rank, vLLM's own numbering: pipeline stage * TP size + TP rank."""
+    from vllm.distributed.parallel_state import get_pp_group, get_tensor_model_parallel_rank
 
-    return int(get_tensor_model_parallel_rank())
+    return int(get_pp_group().rank_in_group) * tp + int(get_tensor_model_parallel_rank())
 
 
 class CtxCacheConnector(KVConnectorBase_V1):  # type: ignore[misc]
@@ -104,8 +105,8 @@ class CtxCacheConnector(KVConnectorBase_V1):  # type: ignore[misc]
         self._vllm_block = int(vllm_config.cache_config.block_size)
         self._cfg = cache_config(extra, self._vllm_block)
         pc = vllm_config.parallel_config
-        check_world(int(pc.tensor_parallel_size), int(pc.pipeline_parallel_size))
-        self._world = int(pc.tensor_parallel_size)
+        self._tp, self._pp = int(pc.tensor_parallel_size), int(pc.pipeline_parallel_size)
+        self._world = check_world(self._tp, self._pp)
         # Several groups: vLLM's hybrid KV manager (CtxCacheHybridConnector below), see groups.py.
         several = len(getattr(kv_cache_config, "kv_cache_groups", None) or []) > 1
         self._groups = groups_of(kv_cache_config, self._vllm_block) if several else None
@@ -136,9 +137,9 @@ class CtxCacheConnector(KVConnectorBase_V1):  # type: ignore[misc]
 
         first = next(iter(kv_caches.values()))
         num_blocks = self._num_blocks or int(first.shape[0])
-        rank = _tp_rank() if self._world > 1 else 0
+        rank = _rank(self._tp) if self._world > 1 else 0
         w = open_worker(self._cfg, self._fp, kv_caches, num_blocks, self._vllm_block, self._socket,
-                        self._stats_path, rank, self._world, self._groups, self._hma_segment)  # fmt: skip
+                        self._stats_path, rank, self._world, self._pp, self._groups, self._hma_segment)  # fmt: skip
         self._worker = w
         assert w.layout is not None
         log.info("ctxcache connector: rank %d of %d, %d layers, block %d tokens (%d vLLM blocks), socket %s",

@@ -1,4 +1,5 @@
-"""Tensor parallelism: one ContextCache per rank, keys per (rank, world size), the all-ranks rule.
+"""Tensor and pipeline parallelism: one ContextCache per rank, keys per (rank, world size), the
+all-ranks rule.
 
 With ``--tensor-parallel-size N`` vLLM runs N worker processes; rank ``r`` holds its own shard of
 the KV heads, so its blocks are different bytes from every other rank's for the same tokens. Each
@@ -14,8 +15,15 @@ holds its shard, so the answer is the shortest of the ranks' hits. A rank that l
 store failed or was dropped, it evicted the block, it cannot be reached) makes that block and every
 later one a miss for all ranks, never a load of some ranks' shards next to recomputed others.
 
+Pipeline parallelism (``--pipeline-parallel-size P``): stage ``s`` holds its own slice of the
+layers, so its blocks are another part of each block's KV. A rank is then (stage, TP rank), its flat
+number ``s * T + t`` in a world of ``P * T`` (vLLM's own numbering) names its socket, stats file and
+disk directory, and its namespace ends in ``|pp<s>/<P>`` (then ``|tp<t>/<T>`` when T > 1). The
+all-ranks rule is the same: a block is a hit only when every stage's every shard holds it.
+
 One worker (N = 1) keeps the namespace, socket, stats file and disk paths it always had, so caches
-written before tensor parallelism stay valid.
+written before tensor parallelism stay valid; a TP-only world keeps the names it had before
+pipeline parallelism.
 """
 
 from __future__ import annotations
@@ -29,14 +37,13 @@ from ...errors import ConfigError
 from .lookup import LookupClient
 
 
-def check_world(tp: int, pp: int) -> None:
-    """Tensor parallelism is supported; pipeline parallelism is not (yet): refuse it at startup."""
-    if pp > 1:
-        raise ConfigError(
-            f"the ctxcache connector does not support pipeline parallelism yet (pipeline_parallel_size {pp})"
-        )
+def check_world(tp: int, pp: int) -> int:
+    """The number of ranks (every rank is a worker side with a cache of its own): ``tp * pp``."""
     if tp < 1:
         raise ConfigError(f"tensor_parallel_size must be >= 1, got {tp}")
+    if pp < 1:
+        raise ConfigError(f"pipeline_parallel_size must be >= 1, got {pp}")
+    return tp * pp
 
 
 def _suffix(rank: int, world: int) -> str:
@@ -45,10 +52,17 @@ def _suffix(rank: int, world: int) -> str:
     return f"r{rank}of{world}"
 
 
-def rank_model(model: str, rank: int, world: int) -> str:
-    """The model namespace of one rank: unchanged for one worker, ``|tp<rank>/<world>`` appended otherwise."""
+def rank_model(model: str, rank: int, world: int, pp: int = 1) -> str:
+    """The model namespace of one rank: unchanged for one worker, ``|tp<rank>/<world>`` appended with
+    tensor parallelism alone; with ``pp`` stages ``|pp<stage>/<pp>``, then ``|tp<t>/<T>`` when T > 1."""
     _suffix(rank, world)
-    return model if world == 1 else f"{model}|tp{rank}/{world}"
+    if pp == 1:
+        return model if world == 1 else f"{model}|tp{rank}/{world}"
+    if world % pp:
+        raise ConfigError(f"a world of {world} ranks is not {pp} pipeline stages of equal size")
+    tp = world // pp
+    stage, t = divmod(rank, tp)
+    return f"{model}|pp{stage}/{pp}" + (f"|tp{t}/{tp}" if tp > 1 else "")
 
 
 def rank_path(path: Path, rank: int, world: int) -> Path:

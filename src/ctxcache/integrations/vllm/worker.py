@@ -54,19 +54,20 @@ def open_worker(
     stats_path: Path | None = None,
     rank: int = 0,
     world: int = 1,
+    pp: int = 1,
     groups: Sequence[Group] | None = None,
     hma_segment: int = DEFAULT_SEGMENT,
 ) -> WorkerSide:
     """One worker rank's side, as ``register_kv_caches`` builds it: its cache (namespace: the model
-    fingerprint, the KV layout, and with ``world`` > 1 the rank; ranks.py), its lookup socket and
-    stats file (per rank with ``world`` > 1). With several KV-cache ``groups`` (vLLM's hybrid
-    manager) the layout is per group (groups.py) and the namespace names the groups."""
+    fingerprint, the KV layout, and with ``world`` > 1 the rank, of ``pp`` pipeline stages; ranks.py),
+    its lookup socket and stats file (per rank with ``world`` > 1). With several KV-cache ``groups``
+    (vLLM's hybrid manager) the layout is per group (groups.py) and the namespace names the groups."""
     layout: KVLayout | HybridLayout
     if groups is not None and len(groups) > 1:
         layout = HybridLayout(kv_caches, groups, num_blocks, vllm_block, cfg.block_size, hma_segment)
     else:
         layout = KVLayout(kv_caches, num_blocks, vllm_block)
-    model = rank_model(f"{cfg.model}|{model_fp}|{layout.fingerprint()}", rank, world)
+    model = rank_model(f"{cfg.model}|{model_fp}|{layout.fingerprint()}", rank, world, pp)
     cache = ContextCache.from_config(replace(rank_config(cfg, rank, world), model=model))
     stats = rank_path(stats_path, rank, world) if stats_path is not None else None
     worker = WorkerSide(cache, vllm_block, rank_path(socket_path, rank, world), stats)
