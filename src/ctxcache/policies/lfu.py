@@ -115,8 +115,8 @@ class LFU(Policy):
             for r in requests:
                 clock.t = r.time
                 for b in r.blocks:
-                    n = count.get(b)
-                    if n is not None:  # on_hit
+                    if b in count:  # on_hit
+                        n = count[b]
                         bucket = buckets[n]
                         del bucket[b]
                         if not bucket:
@@ -135,7 +135,7 @@ class LFU(Policy):
                     misses += 1
                     if resident >= capacity:
                         if count:  # evict(None): the first key of the lowest count
-                            bucket = buckets[low]
+                            bucket = ones if low == 1 else buckets[low]  # type: ignore[assignment]  # low == 1: ones is set
                             del count[bucket.popitem(last=False)[0]]
                             if not bucket:
                                 del buckets[low]

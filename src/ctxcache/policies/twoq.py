@@ -116,6 +116,7 @@ class TwoQ(Policy):
             return super().replay_object(requests, capacity, clock)
         ain, aout, am = self._ain, self._aout, self._am
         kin, kout = self._kin, self._kout
+        kout1 = kout + 1
         am_move, ain_pop, am_pop, aout_pop = am.move_to_end, ain.popitem, am.popitem, aout.popitem
         misses = resident = 0
         for r in requests:
@@ -133,7 +134,7 @@ class TwoQ(Policy):
                             key = ain_pop(False)[0]
                             if kout > 0:
                                 aout[key] = None
-                                while len(aout) > kout + 1:
+                                while len(aout) > kout1:
                                     aout_pop(False)
                     else:
                         am_pop(False)
