@@ -19,6 +19,7 @@ resident. A key ``can_evict`` refuses is in use, so it counts as a hit.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from ..errors import ConfigError
@@ -130,6 +131,72 @@ class ARC(Policy):
                 if can_evict is None or can_evict(key):
                     return key
         return None
+
+    def replay_object(self, requests: Iterable[Any], capacity: int, clock: Any) -> int:
+        """``Policy.replay_object``'s loop with this class's methods inlined (same misses, same state).
+
+        The reference loop asks ``key in policy`` before ``evict``, so p adapts to a ghost hit on
+        the missed key before the replacement when the cache is full, and in ``on_insert``
+        (nothing evicted in between) when it is not: here it adapts at the miss, in both cases."""
+        if (
+            self.capacity is None
+            or self._probe is not _NONE
+            or not self.fused_ok(ARC, "_adapt", "_probe_in_b2", "_order")
+        ):
+            return super().replay_object(requests, capacity, clock)
+        t1, t2, b1, b2 = self._t1, self._t2, self._b1, self._b2
+        c, p = self._c, self.p
+        fc, c2 = float(c), 2 * c
+        t2_move, t1_pop, t2_pop = t2.move_to_end, t1.popitem, t2.popitem
+        b1_pop, b2_pop = b1.popitem, b2.popitem
+        misses = resident = 0
+        try:
+            for r in requests:
+                clock.t = r.time
+                for b in r.blocks:
+                    if b in t1:
+                        del t1[b]
+                        t2[b] = None
+                        continue
+                    if b in t2:
+                        t2_move(b)
+                        continue
+                    misses += 1
+                    in_b2 = False
+                    if b in b1:
+                        nb1 = len(b1)
+                        p = min(p + max(len(b2) / nb1, 1.0), fc)
+                        ghost = True
+                    elif b in b2:
+                        nb2 = len(b2)
+                        p = max(p - max(len(b1) / nb2, 1.0), 0.0)
+                        ghost = in_b2 = True
+                    else:
+                        ghost = False
+                    if resident >= capacity:
+                        n1 = len(t1)
+                        if n1 and (n1 > p or (n1 == p and in_b2) or not t2):
+                            b1[t1_pop(False)[0]] = None
+                        elif t2:
+                            b2[t2_pop(False)[0]] = None
+                    else:
+                        resident += 1
+                    if ghost:
+                        b1.pop(b, None)
+                        b2.pop(b, None)
+                        t2[b] = None
+                    else:
+                        t1[b] = None
+                        n1 = len(t1) + len(b1)
+                        if n1 > c:
+                            if b1:
+                                b1_pop(False)
+                        elif n1 + len(t2) + len(b2) > c2 and b2:
+                            b2_pop(False)
+        finally:
+            self.p = p
+            self._adapted = _NONE
+        return misses
 
     def evict(self, can_evict: CanEvict = None) -> Key | None:
         t1, t2 = self._t1, self._t2

@@ -80,6 +80,67 @@ class Policy(ABC):
         """Called by the owner with its RadixIndex, for policies that use block structure
         (depth, children). Most policies ignore it."""
 
+    def replay_object(self, requests: Iterable[Any], capacity: int, clock: Any) -> int:
+        """The simulator's object semantics (every block id an independent object): replay
+        ``requests`` (each with ``.time`` and ``.blocks``) through a cache of ``capacity`` keys,
+        setting ``clock.t`` to each request's time first; returns the misses.
+
+        This is the reference loop, through the public methods: one membership test per access,
+        then ``on_hit``, or ``evict(None)`` once ``capacity`` keys are resident and ``on_insert``.
+        (``__contains__`` runs before ``evict`` on a miss: ARC and 2Q use the missed key to steer
+        their choice.) An ``offline`` policy has ``position`` set before each access. A policy may
+        override it with the same loop fused into one function over its own structures (no method
+        call per access); it must give the same misses and leave the same state (checked against
+        this loop by tests/sim/test_replay_fused.py) and fall back here (``super()``) for cases it
+        does not cover: ``fused_ok`` says whether a subclass changed a hook the fused loop inlines.
+        """
+        contains, hit, insert, evict = self.__contains__, self.on_hit, self.on_insert, self.evict
+        misses = 0
+        resident = 0
+        if self.offline:
+            fut = as_offline(self)
+            assert fut is not None
+            i = 0
+            for r in requests:
+                clock.t = r.time
+                for b in r.blocks:
+                    fut.position = i
+                    i += 1
+                    if contains(b):
+                        hit(b)
+                        continue
+                    misses += 1
+                    if resident >= capacity:
+                        evict(None)
+                    else:
+                        resident += 1
+                    insert(b)
+            return misses
+        for r in requests:
+            clock.t = r.time
+            for b in r.blocks:
+                if contains(b):
+                    hit(b)
+                    continue
+                misses += 1
+                if resident >= capacity:
+                    evict(None)
+                else:
+                    resident += 1
+                insert(b)
+        return misses
+
+    def fused_ok(self, owner: type, *extra: str) -> bool:
+        """True when ``owner``'s fused ``replay_object`` may run for this instance: no class between
+        ``type(self)`` and ``owner`` redefines a hook it inlines (the public methods, or ``extra``)."""
+        names = (*_HOOKS, *extra)
+        for klass in type(self).__mro__:
+            if klass is owner:
+                return True
+            if any(m in klass.__dict__ for m in names):
+                return False
+        return False
+
 
 @runtime_checkable
 class Offline(Protocol):
@@ -98,6 +159,9 @@ def as_offline(policy: Policy) -> Offline | None:
     if not isinstance(policy, Offline):
         raise TypeError(f"policy {policy.name!r} declares offline but has no set_future/position")
     return policy
+
+
+_HOOKS = ("on_insert", "on_hit", "on_hits", "on_remove", "evict", "peek", "__contains__", "__len__", "replay_object")
 
 
 class ScoredPolicy(Policy):

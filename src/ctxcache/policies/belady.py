@@ -15,6 +15,8 @@ is asked once, not on every call.
 from __future__ import annotations
 
 import heapq
+import itertools
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -23,6 +25,7 @@ from .base import CanEvict, Key, ScoredPolicy
 from .registry import register
 
 _NEVER = float(np.iinfo(np.int64).max)
+_M40, _S80 = (1 << 40) - 1, 1 << 80
 
 
 @register
@@ -97,6 +100,58 @@ class Belady(ScoredPolicy):
             self._put_back()
             key = self._take(can_evict)
         return key
+
+    def replay_object(self, requests: Iterable[Any], capacity: int, clock: Any) -> int:
+        """``Policy.replay_object``'s offline loop with ``on_hit``/``on_insert``/``evict`` inlined
+        (same misses, same state): in object semantics nothing is refused, so nothing is set aside.
+
+        While it runs, each heap entry ``(score, seq, key)`` is one int, score * 2**80 + seq * 2**40
+        + key, which orders as the tuple does (seqs are unique, so keys never decide): the heap makes
+        the same moves with int comparisons in place of tuple ones (heappop was the largest cost),
+        and is turned back into tuples, in place, at the end. Keys must be ints in [0, 2**40) and the
+        entries' seqs below 2**40; otherwise this falls back to the reference loop."""
+        fut = self._future
+        if fut is None or self._aside or not self.fused_ok(Belady, "_score", "_forget", "_take", "_put_back"):
+            return super().replay_object(requests, capacity, clock)
+        reqs = requests if isinstance(requests, list) else list(requests)
+        keys = list(itertools.chain(self._entry, itertools.chain.from_iterable(r.blocks for r in reqs)))
+        seq0 = next(self._seq)
+        self._seq = itertools.count(seq0)
+        if keys and (set(map(type, keys)) != {int} or min(keys) < 0 or max(keys) > _M40):
+            return super().replay_object(reqs, capacity, clock)
+        if seq0 + len(keys) > _M40 or any(type(e[0]) is not int for e in self._heap):
+            return super().replay_object(reqs, capacity, clock)
+        entry, nxt = self._entry, self._seq.__next__
+        heap: list[int] = [int(s) * _S80 + (q << 40) + k for s, q, k in self._heap]  # type: ignore[operator]  # in place: still a heap
+        push, pop = heapq.heappush, heapq.heappop
+        misses = resident = i = 0
+        try:
+            for r in reqs:
+                clock.t = r.time
+                for b in r.blocks:
+                    if b not in entry:
+                        misses += 1
+                        if resident >= capacity:
+                            while heap:  # the furthest next use; stale entries dropped
+                                x = pop(heap)
+                                k = x & _M40
+                                if entry.get(k) == (x >> 40) & _M40:
+                                    del entry[k]
+                                    break
+                        else:
+                            resident += 1
+                    seq = nxt()
+                    entry[b] = seq
+                    push(heap, (seq << 40) + b - fut[i] * _S80)
+                    i += 1
+                    if len(heap) > 2 * len(entry) + 64:
+                        heap = [x for x in heap if entry.get(x & _M40) == (x >> 40) & _M40]
+                        heapq.heapify(heap)
+        finally:
+            self._heap = [(x >> 80, (x >> 40) & _M40, x & _M40) for x in heap]  # type: ignore[misc]
+            if i:
+                self.position = i - 1
+        return misses
 
     def peek(self, can_evict: CanEvict = None) -> Key | None:
         entry = self._entry

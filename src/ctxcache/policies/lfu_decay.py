@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from ..errors import ConfigError
@@ -69,6 +70,53 @@ class LFUDecay(ScoredPolicy):
 
     def _forget(self, key: Key) -> None:
         self._s.pop(key, None)
+
+    def replay_object(self, requests: Iterable[Any], capacity: int, clock: Any) -> int:
+        """``Policy.replay_object``'s loop with ``on_hit``/``on_insert``/``evict`` (ScoredPolicy's
+        ``_push`` and ``_find``, this class's ``_score``) inlined: same misses, same state. The
+        growth factor changes only with the clock, so ``_factor`` (which may rebase, replacing the
+        heap and the scores) is called once per request, where the reference loop's first score of
+        the request calls it: after that access's eviction."""
+        if not self.fused_ok(LFUDecay, "_score", "_forget", "_push", "_find", "_factor", "_rebase", "_refused"):
+            return super().replay_object(requests, capacity, clock)
+        entry, nxt = self._entry, self._seq.__next__
+        push, pop, heapify = heapq.heappush, heapq.heappop, heapq.heapify
+        heap, sc, g = self._heap, self._s, self._growth
+        misses = resident = 0
+        for r in requests:
+            t = clock.t = r.time
+            stale = t != self._now  # the first score of this request calls _factor
+            for b in r.blocks:
+                if b not in entry:
+                    misses += 1
+                    if resident >= capacity:
+                        while heap:  # evict(None): the lowest live entry; stale ones dropped
+                            item = pop(heap)
+                            k = item[2]
+                            if entry.get(k) == item[1]:
+                                del entry[k]
+                                sc.pop(k, None)
+                                break
+                    else:
+                        resident += 1
+                    if stale:
+                        g = self._factor()
+                        heap, sc, stale = self._heap, self._s, False
+                    v = g
+                else:
+                    if stale:
+                        g = self._factor()
+                        heap, sc, stale = self._heap, self._s, False
+                    v = sc.get(b, 0.0) + g
+                sc[b] = v
+                seq = nxt()
+                entry[b] = seq
+                push(heap, (v, seq, b))
+                if len(heap) > 2 * len(entry) + 64:
+                    heap = [e for e in heap if entry.get(e[2]) == e[1]]
+                    heapify(heap)
+                    self._heap = heap
+        return misses
 
     def value(self, key: Key) -> float:
         """The current decayed hit count of a resident key."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any
 
 from ..errors import ConfigError
@@ -157,6 +158,62 @@ class S3FIFO(Policy):
                 return key
             main[key] = None
         return None
+
+    def replay_object(self, requests: Iterable[Any], capacity: int, clock: Any) -> int:
+        """``Policy.replay_object``'s loop with this class's methods inlined (same misses, same state)."""
+        if self._fixed is None or not self.fused_ok(S3FIFO, "_evict_small", "_evict_main", "_limits"):
+            return super().replay_object(requests, capacity, clock)
+        small, main, ghost, freq = self._small, self._main, self._ghost, self._freq
+        small_cap, main_cap, ghost_cap = self._fixed
+        threshold, top = self.move_threshold, self.max_freq
+        small_pop, main_pop, ghost_pop, ghost_popitem = small.popitem, main.popitem, ghost.pop, ghost.popitem
+        evicted = self._evicted
+        misses = resident = 0
+        try:
+            for r in requests:
+                clock.t = r.time
+                for b in r.blocks:
+                    if b in freq:
+                        freq[b] += 1
+                        continue
+                    misses += 1
+                    if resident >= capacity:
+                        if freq:  # evict(None)
+                            evicted = True
+                            victim = None
+                            if small and len(main) <= main_cap:
+                                for _ in range(len(small)):  # _evict_small
+                                    key = small_pop(False)[0]
+                                    if freq[key] >= threshold:
+                                        main[key] = None
+                                        freq[key] = 0
+                                    else:
+                                        del freq[key]
+                                        ghost[key] = None
+                                        victim = key
+                                        break
+                            if victim is None:
+                                for _ in range((top + 1) * len(main)):  # _evict_main
+                                    key = main_pop(False)[0]
+                                    f = freq[key]
+                                    if not f:
+                                        del freq[key]
+                                        break
+                                    freq[key] = (f if f < top else top) - 1
+                                    main[key] = None
+                    else:
+                        resident += 1
+                    freq[b] = 0
+                    if ghost_pop(b, 0) is None or (not evicted and len(small) >= small_cap):
+                        main[b] = None
+                    else:
+                        small[b] = None
+                    if len(ghost) > ghost_cap:
+                        for _ in range(len(ghost) - ghost_cap):
+                            ghost_popitem(False)
+        finally:
+            self._evicted = evicted
+        return misses
 
     def peek(self, can_evict: CanEvict = None) -> Key | None:
         """Runs ``evict`` on a copy (O(n), in C): the choice depends on how the queues rotate."""

@@ -14,6 +14,7 @@ semantics): the limits are checked on occupancy, so A1in may exceed Kin until Am
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from ..errors import ConfigError
@@ -108,6 +109,45 @@ class TwoQ(Policy):
             while len(aout) > self._kout + 1:
                 aout.popitem(last=False)
         return key
+
+    def replay_object(self, requests: Iterable[Any], capacity: int, clock: Any) -> int:
+        """``Policy.replay_object``'s loop with this class's methods inlined (same misses, same state)."""
+        if self.capacity is None or not self.fused_ok(TwoQ, "_order", "_pop_allowed", "_set_limits"):
+            return super().replay_object(requests, capacity, clock)
+        ain, aout, am = self._ain, self._aout, self._am
+        kin, kout = self._kin, self._kout
+        kout1 = kout + 1
+        am_move, ain_pop, am_pop, aout_pop = am.move_to_end, ain.popitem, am.popitem, aout.popitem
+        misses = resident = 0
+        for r in requests:
+            clock.t = r.time
+            for b in r.blocks:
+                if b in am:
+                    am_move(b)
+                    continue
+                if b in ain:  # A1in ignores hits
+                    continue
+                misses += 1
+                if resident >= capacity:
+                    if len(ain) > kin or not am:  # evict(None): A1in's oldest, its id to A1out
+                        if ain:
+                            key = ain_pop(False)[0]
+                            if kout > 0:
+                                aout[key] = None
+                                while len(aout) > kout1:
+                                    aout_pop(False)
+                    else:
+                        am_pop(False)
+                else:
+                    resident += 1
+                if b in aout:
+                    del aout[b]
+                    am[b] = None
+                else:
+                    ain[b] = None
+                while len(aout) > kout:
+                    aout_pop(False)
+        return misses
 
     def _pop_allowed(self, first: OrderedDict[Key, None], can_evict: CanEvict) -> tuple[Key, bool] | None:
         """Pop the first allowed key, ``first`` queue before the other; True if it was in A1in.

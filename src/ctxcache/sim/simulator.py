@@ -169,42 +169,9 @@ class _TraceClock:
 
 
 def _run_object(trace: Trace, pol: Policy, capacity: int, clock: _TraceClock) -> int:
-    contains, hit, insert, evict = pol.__contains__, pol.on_hit, pol.on_insert, pol.evict
-    misses = 0
-    resident = 0
-    fut = as_offline(pol)
-    if fut is not None:
-        i = 0
-        for r in trace.requests:
-            clock.t = r.time
-            for b in r.blocks:
-                fut.position = i
-                i += 1
-                if contains(b):
-                    hit(b)
-                    continue
-                misses += 1
-                if resident >= capacity:
-                    evict(None)
-                else:
-                    resident += 1
-                insert(b)
-        return misses
-    # The hot loop: one membership test and one policy call per access. (``contains`` runs
-    # before ``evict`` on a miss: ARC and 2Q use the missed key to steer their choice.)
-    for r in trace.requests:
-        clock.t = r.time
-        for b in r.blocks:
-            if contains(b):
-                hit(b)
-                continue
-            misses += 1
-            if resident >= capacity:
-                evict(None)
-            else:
-                resident += 1
-            insert(b)
-    return misses
+    # The loop is the policy's (Policy.replay_object): the reference one through the public
+    # methods, or a policy's own with those methods fused into it (docs/policies.md, "Speed").
+    return pol.replay_object(trace.requests, capacity, clock)
 
 
 def _run_prefix(
