@@ -137,6 +137,13 @@ def test_each_layer_is_loaded_when_its_attention_runs_and_the_copy_runs_ahead(tm
     w.register(dst, NB)
     p = LayerPipeline(w, dst)
     assert [NAMES[i] for i in p.order] == NAMES  # forward order, not string order
+    real = p._copy_layer
+
+    def slow(li: int, idx: torch.Tensor, parts: Any) -> None:  # a copy that takes 5 ms, like a big layer
+        time.sleep(0.005)
+        real(li, idx, parts)
+
+    p._copy_layer = slow  # type: ignore[method-assign]
     want = _vblocks(src, SRC_IDS)
     seen_ahead: list[bool] = []
 
@@ -244,5 +251,28 @@ def test_saves_without_hooks_and_chunked_prefill_store_completely(tmp_path: Path
     for b in range(4):
         for li, name in enumerate(NAMES):
             assert torch.equal(got[b][li], kv[name][SRC_IDS[2 * b : 2 * b + 2]])
+    p.close()
+    w.close()
+
+
+def test_a_step_ends_with_every_layer_copied_even_without_waits(tmp_path: Path) -> None:
+    """vLLM asks for the load errors at the end of every step: by then every layer is copied and the
+    pinned blocks are released, whether or not a wait_for_layer_load came for each layer."""
+    src, dst = _kv(0), _kv(1)
+    w = _worker(tmp_path, "a", src)
+    w.save([SaveSpec("r", "vllm", TOKENS[:32], 0, SRC_IDS)])
+    w.flush()
+    w.register(dst, NB)
+    p = LayerPipeline(w, dst)
+    real = p._copy_layer
+
+    def slow(li: int, idx: torch.Tensor, parts: Any) -> None:
+        time.sleep(0.005)
+        real(li, idx, parts)
+
+    p._copy_layer = slow  # type: ignore[method-assign]
+    assert _step(p, loads=[LoadSpec("q", "vllm", TOKENS[:32], 0, DST_IDS)], hooks=False) == set()
+    assert all(torch.equal(a, b) for a, b in zip(_vblocks(dst, DST_IDS), _vblocks(src, SRC_IDS)))
+    assert w.c["loaded_blocks"] == 8 and p._load is None
     p.close()
     w.close()

@@ -47,7 +47,10 @@ if TYPE_CHECKING:
     from .worker import WorkerSide
 
 log = logging.getLogger(__name__)
-LAYER_COUNTERS = ("layer_wait_s", "layer_wait_max_s", "layer_copy_s", "layer_save_wait_s", "layer_fallbacks")
+LAYER_COUNTERS = (
+    "layer_waits", "layer_wait_s", "layer_wait_max_s", "layer_saves", "layer_copy_s", "layer_save_wait_s",
+    "layer_fallbacks",
+)  # fmt: skip
 
 
 def _natural(name: str) -> list[Any]:
@@ -222,6 +225,7 @@ class LayerPipeline:
         if li < 0:
             return
         t0 = time.perf_counter()
+        self.w.c["layer_waits"] += 1
         ld.done[li].wait()
         dt = time.perf_counter() - t0
         self.w.c["layer_wait_s"] += dt
@@ -263,6 +267,7 @@ class LayerPipeline:
         if li < 0 or li in sv.queued or not sv.parts:
             return
         sv.queued.add(li)
+        self.w.c["layer_saves"] += 1
         self._jobs.put(("save", (sv, li)))
 
     def finish_save(self, specs: Sequence[SaveSpec]) -> None:
