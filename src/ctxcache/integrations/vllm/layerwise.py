@@ -34,10 +34,12 @@ import queue
 import re
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from .plan import LoadSpec, SaveSpec
@@ -51,6 +53,19 @@ LAYER_COUNTERS = (
     "layer_waits", "layer_wait_s", "layer_wait_max_s", "layer_saves", "layer_copy_s", "layer_save_wait_s",
     "layer_fallbacks",
 )  # fmt: skip
+
+
+def _host_bytes(t: torch.Tensor) -> np.ndarray | None:
+    """A numpy view of a CPU tensor's bytes (any dtype, bfloat16 included), or None (device tensor,
+    a last axis that is not contiguous)."""
+    if t.device.type != "cpu" or t.dim() == 0 or (t.stride(-1) != 1 and t.shape[-1] != 1):
+        return None
+    try:
+        with warnings.catch_warnings():  # read-only views of a stored blob; only read there
+            warnings.simplefilter("ignore", UserWarning)
+            return t.detach().view(torch.uint8).numpy()
+    except (RuntimeError, TypeError):
+        return None
 
 
 def _natural(name: str) -> list[Any]:
@@ -137,22 +152,42 @@ class LayerPipeline:
     def _copy_layer(self, li: int, idx: torch.Tensor, parts: Sequence[tuple[list[torch.Tensor], int]]) -> None:
         """Write one layer of the step's loaded vLLM blocks (what ``KVLayout.scatter`` does per layer)."""
         t, axis = self.layout.layers[li], self.layout.axes[li]
-        src = torch.cat([p[li].narrow(axis, sub, 1) for p, sub in parts], dim=axis)
-        if src.dtype != t.dtype:  # bfloat16 blocks come back from a serializing tier as float32
-            src = src.to(t.dtype)
+        dst = _host_bytes(t)
+        if dst is not None and all(p[li].dtype == t.dtype for p, _ in parts):
+            # CPU: plain memcpy per vLLM block, one thread (numpy, GIL released). A torch op here would
+            # start an OpenMP team of its own for this thread, competing with the forward pass's.
+            for bid, (p, sub) in zip(idx.tolist(), parts):
+                src = _host_bytes(p[li])
+                assert src is not None
+                if axis == 0:
+                    dst[bid] = src[sub]
+                else:
+                    dst[:, bid] = src[:, sub]
+            return
+        src_t = torch.cat([p[li].narrow(axis, sub, 1) for p, sub in parts], dim=axis)
+        if src_t.dtype != t.dtype:  # bfloat16 blocks come back from a serializing tier as float32
+            src_t = src_t.to(t.dtype)
         if t.device.type != "cpu":  # pragma: no cover - needs a GPU (default stream: correct, no overlap)
-            src = src.pin_memory().to(t.device, non_blocking=True)
-            t.index_copy_(axis, idx, src)
+            src_t = src_t.pin_memory().to(t.device, non_blocking=True)
+            t.index_copy_(axis, idx, src_t)
             torch.cuda.current_stream(t.device).synchronize()
             return
-        t.index_copy_(axis, idx, src)
+        t.index_copy_(axis, idx, src_t)
 
     def _save_layer(self, sv: _Save, li: int) -> None:
         t, axis, r = self.layout.layers[li], self.layout.axes[li], self.w.ratio
-        idx = torch.tensor(sv.block_ids, dtype=torch.long, device=t.device)
+        src = _host_bytes(t)
         for b in range(len(sv.parts)):  # one tensor per block and layer, as KVLayout.gather
-            part = t.index_select(axis, idx[b * r : (b + 1) * r])
-            sv.parts[b][li] = part if part.device.type == "cpu" else part.cpu()
+            ids = sv.block_ids[b * r : (b + 1) * r]
+            if src is not None:  # CPU: one thread, as in _copy_layer
+                part = torch.empty(self.layout.block_shape(li, r), dtype=t.dtype)
+                out = _host_bytes(part)
+                assert out is not None
+                np.take(src, ids, axis=axis, out=out)
+            else:
+                part = t.index_select(axis, torch.tensor(ids, dtype=torch.long, device=t.device))
+                part = part if part.device.type == "cpu" else part.cpu()
+            sv.parts[b][li] = part
 
     def _sync(self) -> None:
         """Wait until the copy thread has done every job queued so far."""
