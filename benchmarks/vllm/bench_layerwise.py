@@ -9,7 +9,9 @@ each with its own 1 GiB RAM tier. vLLM's own prefix cache is off in both, so eve
 comes from ctxcache. Each engine first serves every prompt cold (they are stored), then ROUNDS
 rounds follow, alternating which engine goes first; in a round each engine serves every prompt
 again: all whole 128-token blocks but the one holding the last token are loaded from ctxcache, the
-rest is computed, one token is generated. Both engines run the same model, the same prompts and
+rest is computed, one token is generated; then each engine serves COLD new prompts (the same ones in
+both engines; each engine has its own cache, so they are uncached in both): a whole prefill whose
+blocks are saved, layer by layer or whole-step. Both engines run the same model, the same prompts and
 the same settings (fp32, eager, ``max_num_batched_tokens`` 2048, so the cached requests are one
 step); the machine's load is shared between them by the alternation.
 
@@ -86,6 +88,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--prompt", type=int, default=2000, help="prompt tokens")
     ap.add_argument("--prompts", type=int, default=2, help="distinct prompts per round")
+    ap.add_argument(
+        "--cold", type=int, default=1, help="new (uncached) prompts per round: stores, layer-wise vs whole-step"
+    )
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--out", default=str(RESULTS / "vllm_layerwise.json"))
     args = ap.parse_args()
@@ -104,16 +109,21 @@ def main() -> None:
     startup = time.perf_counter() - t0
     cold = {m: [one(llms[m], p) for p in prompts] for m in MODES}
     recs: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
+    colds: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
     for rnd in range(args.rounds):
         order = MODES if rnd % 2 == 0 else MODES[::-1]
+        fresh = [[2, *(rng.randrange(1000, 20000) for _ in range(args.prompt - 1))] for _ in range(args.cold)]
         for m in order:
             for p in prompts:
                 recs[m].append(one(llms[m], p))
+            for p in fresh:  # the same new prompt in both engines: each has its own cache
+                colds[m].append(one(llms[m], p))
     for llm in llms.values():
         _shutdown(llm)
     stats = {m: _final_stats(tmp / f"{m}-stats.json") or {} for m in MODES}
     ttft = {m: summary([r["ttft_s"] for r in recs[m]]) for m in MODES}
-    tokens = {m: [r["token"] for r in cold[m] + recs[m]] for m in MODES}
+    tokens = {m: [r["token"] for r in cold[m] + recs[m] + colds[m]] for m in MODES}
+    cold_ttft = {m: summary([r["ttft_s"] for r in colds[m]]) for m in MODES} if args.cold else {}
     result = {
         "bench": "vllm-layerwise",
         "model": Path(model).name, "dtype": args.dtype, "prompt_tokens": args.prompt, "prompts": args.prompts,
@@ -122,7 +132,11 @@ def main() -> None:
         "ttft_cached_s": ttft,
         "layerwise_over_whole_step_p50": ttft["layerwise"]["p50"] / ttft["whole_step"]["p50"],
         "layerwise_over_whole_step_mean": ttft["layerwise"]["mean"] / ttft["whole_step"]["mean"],
-        "ttft_cold_s": {m: [round(r["ttft_s"], 3) for r in cold[m]] for m in MODES},
+        "ttft_first_cold_s": {m: [round(r["ttft_s"], 3) for r in cold[m]] for m in MODES},
+        "ttft_cold_alternated_s": cold_ttft,
+        "cold_layerwise_over_whole_step_p50": (
+            cold_ttft["layerwise"]["p50"] / cold_ttft["whole_step"]["p50"] if cold_ttft else None
+        ),
         "outputs_equal": tokens["layerwise"] == tokens["whole_step"],
         "connector": {m: {k: (stats[m].get("connector") or {}).get(k) for k in KEEP} for m in MODES},
         "loadavg": os.getloadavg(),
