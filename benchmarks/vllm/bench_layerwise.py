@@ -91,6 +91,7 @@ def main() -> None:
     ap.add_argument(
         "--cold", type=int, default=1, help="new (uncached) prompts per round: stores, layer-wise vs whole-step"
     )
+    ap.add_argument("--first", choices=MODES, default="layerwise", help="the engine created first (placement)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--out", default=str(RESULTS / "vllm_layerwise.json"))
     args = ap.parse_args()
@@ -105,7 +106,8 @@ def main() -> None:
     rng = random.Random(0)
     prompts = [[2, *(rng.randrange(1000, 20000) for _ in range(args.prompt - 1))] for _ in range(args.prompts)]
     t0 = time.perf_counter()
-    llms = {m: engine(model, args.dtype, tmp, m) for m in MODES}
+    created = (args.first, *(m for m in MODES if m != args.first))
+    llms = {m: engine(model, args.dtype, tmp, m) for m in created}
     startup = time.perf_counter() - t0
     cold = {m: [one(llms[m], p) for p in prompts] for m in MODES}
     recs: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
@@ -127,7 +129,7 @@ def main() -> None:
     result = {
         "bench": "vllm-layerwise",
         "model": Path(model).name, "dtype": args.dtype, "prompt_tokens": args.prompt, "prompts": args.prompts,
-        "rounds": args.rounds, "startup_s": round(startup, 1),
+        "rounds": args.rounds, "created_first": args.first, "startup_s": round(startup, 1),
         "cached_tokens": {m: sorted({r["cached"] for r in recs[m]}) for m in MODES},
         "ttft_cached_s": ttft,
         "layerwise_over_whole_step_p50": ttft["layerwise"]["p50"] / ttft["whole_step"]["p50"],
