@@ -310,3 +310,50 @@ def test_other_layouts_and_dtypes_round_trip_like_whole_step(
     p.close()
     whole.close()
     layered.close()
+
+
+def test_a_failed_layer_save_is_copied_again_or_not_stored(tmp_path: Path) -> None:
+    """A save copy that raises on the copy thread is redone in wait_for_save; one that fails there
+    too leaves its blocks unstored (counted as dropped), never stored with a layer missing."""
+    kv = _kv(0)
+    w = _worker(tmp_path, "a", kv)
+    p = LayerPipeline(w, kv)
+    real = p._save_layer
+    fails = {"n": 1}
+
+    def flaky(sv: Any, li: int) -> None:
+        if li == 3 and fails["n"] > 0:
+            fails["n"] -= 1
+            raise RuntimeError("injected: save copy of layer 3 failed")
+        real(sv, li)
+
+    p._save_layer = flaky  # type: ignore[method-assign]
+    save = [SaveSpec("r", "vllm", TOKENS[:32], 0, SRC_IDS)]
+    assert _step(p, saves=save) == set()
+    w.flush()
+    assert w.c["layer_fallbacks"] == 1 and w.cache.stats()["blocks"] == 4
+    for b, blk in enumerate(_stored(w)):
+        assert all(torch.equal(blk[li], kv[n][SRC_IDS[2 * b : 2 * b + 2]]) for li, n in enumerate(NAMES))
+    # now layer 3 fails on the thread and again in the fallback, for blocks 2-3 only (a second spec)
+    w2 = _worker(tmp_path, "b", kv)
+    p2 = LayerPipeline(w2, kv)
+    real2 = p2._save_layer
+
+    def broken(sv: Any, li: int) -> None:
+        real2(sv, li)
+        if li == 3:
+            for b in range(1, len(sv.parts)):
+                sv.parts[b][li] = None
+            raise RuntimeError("injected: layer 3 of the second block on")
+
+    p2._save_layer = broken  # type: ignore[method-assign]
+    assert _step(p2, saves=[SaveSpec("r", "vllm", TOKENS[:32], 0, SRC_IDS)]) == set()
+    w2.flush()
+    assert w2.cache.stats()["blocks"] == 1 and w2.c["saves_dropped"] == 3
+    m = w2.cache.lookup(TOKENS[:32], "vllm")
+    assert m.n_blocks == 1 and len(m.payloads[0]) == L
+    w2.cache.release(m)
+    for x in (p, p2):
+        x.close()
+    w.close()
+    w2.close()

@@ -36,8 +36,8 @@ import threading
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -129,7 +129,11 @@ class LayerPipeline:
                 if kind == "load":
                     self._load_layers(arg)
                 elif kind == "save":
-                    self._save_layer(*arg)
+                    try:
+                        self._save_layer(*arg)
+                    except Exception as exc:  # wait_for_save copies the layer again, on its own thread
+                        log.warning("ctxcache layer-wise save of layer %s failed (%s)", self.layout.names[arg[1]], exc)
+                        arg[0].queued.discard(arg[1])
                 elif kind == "sync":
                     arg.set()
             finally:
@@ -322,7 +326,10 @@ class LayerPipeline:
         if missing and sv.parts:
             self.w.c["layer_fallbacks"] += len(missing)
             for li in missing:
-                self._save_layer(sv, li)
+                try:
+                    self._save_layer(sv, li)
+                except Exception as exc:  # those blocks are not stored (below), the engine goes on
+                    log.warning("ctxcache save copy of layer %s failed (%s)", self.layout.names[li], exc)
         dt = time.perf_counter() - t0
         self.w.c["layer_save_wait_s"] += dt
         self.w.c["save_copy_s"] += dt
@@ -330,9 +337,15 @@ class LayerPipeline:
         b = 0
         for spec in specs:
             n = len(spec.block_ids) // self.w.ratio
-            payloads = [list(p) for p in sv.parts[b : b + n]]  # every layer is set now
+            payloads = [list(p) for p in sv.parts[b : b + n]]
             b += n
-            self.w.queue_store(spec, payloads)  # type: ignore[arg-type]
+            whole = next((i for i, p in enumerate(payloads) if any(x is None for x in p)), n)
+            if whole < n:  # a layer could not be copied: store the complete blocks before it only
+                self.w.c["saves_dropped"] += n - whole
+                payloads = payloads[:whole]
+            if payloads:
+                end = (spec.first_block + whole) * self.w.cache.block_size
+                self.w.queue_store(replace(spec, tokens=spec.tokens[:end]), cast("list[list[torch.Tensor]]", payloads))
         self.w._maybe_write_stats()
 
     def new_step(self) -> None:
