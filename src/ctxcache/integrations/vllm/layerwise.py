@@ -158,7 +158,7 @@ class LayerPipeline:
         t, axis = self.layout.layers[li], self.layout.axes[li]
         dst = _host_bytes(t)
         if dst is not None and all(p[li].dtype == t.dtype for p, _ in parts):
-            # CPU: plain memcpy per vLLM block, one thread (numpy, GIL released). A torch op here would
+            # CPU: plain memcpy per vLLM block, one thread (numpy, GIL released). A torch op here can
             # start an OpenMP team of its own for this thread, competing with the forward pass's.
             for bid, (p, sub) in zip(idx.tolist(), parts):
                 src = _host_bytes(p[li])
