@@ -185,7 +185,8 @@ VLLM_MODEL = $$($(BIN)/python -c 'from ctxcache.integrations.model_store import 
 
 # End to end with vLLM: three offline engines, two with --tensor-parallel-size 2 and two with
 # --pipeline-parallel-size 2 (test_vllm_tp.py, ~9 min each pair here), four with vLLM's hybrid KV
-# groups on and off (test_hybrid.py, ~10 min), then five starts of vLLM's OpenAI server stopped with
+# groups on and off (test_hybrid.py, ~10 min), four in whole-step and layer-wise modes
+# (test_vllm_layerwise.py, ~5 min), then five starts of vLLM's OpenAI server stopped with
 # SIGTERM and SIGKILL (test_vllm_server.py), one at a time (the server test alone took 36 min at
 # load average 15; not timed on idle cores). .ci/run runs it after `make test`, outside that
 # target's 15-minute budget.

@@ -87,3 +87,29 @@ def test_only_the_hybrid_connector_keeps_vllms_hybrid_manager() -> None:
     from ctxcache.integrations.vllm import CtxCacheConnector, CtxCacheHybridConnector
 
     assert supports_hma(CtxCacheHybridConnector) and not supports_hma(CtxCacheConnector)
+
+
+def test_layerwise_with_hybrid_groups_is_refused_at_startup(tmp_path: Path) -> None:
+    """layerwise.py copies one group's block ids: with several groups it would copy the wrong
+    blocks, so the connector refuses the pair before vLLM allocates anything."""
+    from types import SimpleNamespace
+
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+    from ctxcache.errors import ConfigError
+    from ctxcache.integrations.vllm import CtxCacheHybridConnector
+
+    from .test_groups import VB, _kv_config
+
+    def vllm_config(extra: dict[str, Any]) -> Any:
+        tc = SimpleNamespace(kv_connector_extra_config=extra, engine_id="t", kv_load_failure_policy="recompute")
+        return SimpleNamespace(
+            kv_transfer_config=tc, cache_config=SimpleNamespace(block_size=VB),
+            parallel_config=SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1),
+            model_config=SimpleNamespace(model=str(tmp_path), revision=None, dtype="float32"),
+        )  # fmt: skip
+
+    extra = {"config": {"tiers": [{"kind": "memory", "capacity": "8MiB"}]}, "socket": str(tmp_path / "s.sock")}
+    CtxCacheHybridConnector(vllm_config(extra), KVConnectorRole.WORKER, _kv_config())  # whole-step: fine
+    with pytest.raises(ConfigError, match="'layerwise' supports one KV-cache group"):
+        CtxCacheHybridConnector(vllm_config({**extra, "layerwise": True}), KVConnectorRole.WORKER, _kv_config())

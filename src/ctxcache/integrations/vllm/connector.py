@@ -17,6 +17,8 @@ Configuration comes from ``kv_connector_extra_config``:
 - ``hma_segment``: with vLLM's hybrid KV manager (several KV-cache groups, e.g. Gemma 3's sliding
   windows), tokens between the points where sliding-window groups' blocks are kept (groups.py;
   default 1024 rounded up to whole blocks, a multiple of the block size; 0: only at each prompt's end).
+- ``layerwise``: copy KV in and out layer by layer, overlapping the copies with the forward pass
+  (layerwise.py; default false: whole-step copies before and after it; one KV-cache group only).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _DEFAULT = {"tiers": [{"kind": "memory", "capacity": "4GiB"}]}
-_KEYS = {"config", "block_size", "socket", "stats_path", "save_decode", "hma_segment"}
+_KEYS = {"config", "block_size", "socket", "stats_path", "save_decode", "hma_segment", "layerwise"}
 
 
 @dataclass
@@ -121,6 +123,13 @@ class CtxCacheConnector(KVConnectorBase_V1):  # type: ignore[misc]
         self._client: AllRanksLookup | None = None
         self._planner: Planner | None = None
         self._worker: Any = None
+        self._layerwise = bool(extra.get("layerwise", False))
+        if self._layerwise and self._groups is not None:  # layerwise.py copies one group's block ids
+            raise ConfigError(
+                "kv_connector_extra_config 'layerwise' supports one KV-cache group; with hybrid KV groups "
+                f"({len(self._groups)} here) run whole-step (drop 'layerwise') or CtxCacheConnector"
+            )
+        self._layers: Any = None  # layerwise.LayerPipeline in layer-wise mode (worker side)
         if role == KVConnectorRole.SCHEDULER:
             if tc.kv_load_failure_policy != "recompute":
                 # A cache is best effort: a block that fails to load is recomputed, never an error.
@@ -142,29 +151,52 @@ class CtxCacheConnector(KVConnectorBase_V1):  # type: ignore[misc]
                         self._stats_path, rank, self._world, self._pp, self._groups, self._hma_segment)  # fmt: skip
         self._worker = w
         assert w.layout is not None
+        if self._layerwise:
+            from .layerwise import LayerPipeline
+
+            self._layers = LayerPipeline(w, kv_caches)
         log.info("ctxcache connector: rank %d of %d, %d layers, block %d tokens (%d vLLM blocks), socket %s",
                  rank, self._world, len(w.layout.layers), w.cache.block_size, w.ratio, w.server.path)  # fmt: skip
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
         if self._worker is not None and isinstance(meta, CtxCacheMetadata) and (meta.loads or meta.drop):
-            self._worker.load(meta.loads, meta.drop)
+            if self._layers is not None:
+                self._layers.start_load(meta.loads, meta.drop)
+            else:
+                self._worker.load(meta.loads, meta.drop)
+
+    def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
+        super().bind_connector_metadata(connector_metadata)
+        if self._layers is not None:
+            self._layers.new_step()
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        return  # loads complete in start_load_kv, before the forward pass
+        if self._layers is not None:  # whole-step: loads complete in start_load_kv, before the forward pass
+            self._layers.wait_layer(layer_name)
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any) -> None:
-        return  # blocks are copied out once per step, in wait_for_save
+        if self._layers is not None:  # whole-step: blocks are copied out once per step, in wait_for_save
+            meta = self._get_connector_metadata()
+            if isinstance(meta, CtxCacheMetadata) and meta.saves:
+                self._layers.save_layer(layer_name, meta.saves)
 
     def wait_for_save(self) -> None:
         meta = self._get_connector_metadata()
         if self._worker is not None and isinstance(meta, CtxCacheMetadata) and meta.saves:
-            self._worker.save(meta.saves)
+            if self._layers is not None:
+                self._layers.finish_save(meta.saves)
+            else:
+                self._worker.save(meta.saves)
 
     def get_block_ids_with_load_errors(self) -> set[int]:
+        if self._layers is not None:  # every layer's copy is done before vLLM hears of errors
+            self._layers.finish_load()
         return self._worker.take_errors() if self._worker is not None else set()
 
     def shutdown(self) -> None:
+        if self._layers is not None:
+            self._layers.close()
         if self._worker is not None:
             self._worker.close()
         if self._client is not None:

@@ -168,14 +168,18 @@ class WorkerSide:
             dt = time.perf_counter() - t0
             self.c["save_copy_s"] += dt
             self.c["save_copy_max_s"] = max(self.c["save_copy_max_s"], dt)
-            self.c["save_requests"] += 1
-            self.c["saved_blocks"] += len(payloads)
-            self.c["saved_bytes"] += sum(int(t.nbytes) for p in payloads for t in p)
-            try:
-                self._q.put_nowait((spec.tenant, as_token_array(spec.tokens), payloads, spec.first_block))
-            except queue.Full:
-                self.c["saves_dropped"] += len(payloads)
+            self.queue_store(spec, payloads)
         self._maybe_write_stats()
+
+    def queue_store(self, spec: SaveSpec, payloads: list[list[torch.Tensor]]) -> None:
+        """Hand copied blocks (``[block][layer]``) to the saver thread (also layerwise.py's way)."""
+        self.c["save_requests"] += 1
+        self.c["saved_blocks"] += len(payloads)
+        self.c["saved_bytes"] += sum(int(t.nbytes) for p in payloads for t in p)
+        try:
+            self._q.put_nowait((spec.tenant, as_token_array(spec.tokens), payloads, spec.first_block))
+        except queue.Full:
+            self.c["saves_dropped"] += len(payloads)
 
     def _save_loop(self) -> None:
         while True:
