@@ -232,25 +232,12 @@ class LayerPipeline:
     def _prepare(self, spec: LoadSpec, ids: list[int], parts: list[Any], matches: list[Match]) -> None:
         """The blocks of one load spec that can be copied (checked payloads); the rest are errors.
         The same checks as ``WorkerSide._load_one``."""
-        w, r = self.w, self.w.ratio
+        w = self.w
         match: Match | None = None
         try:
-            match = w.stash.take(spec.req_id, spec.tokens)
-            if match is None:  # the stash expired or was for other tokens: look up again
-                match = w.cache.lookup(spec.tokens, spec.tenant)
-            checked: dict[int, list[torch.Tensor] | None] = {}
-            ok_ids, ok_parts = [], []
-            for i, bid in enumerate(spec.block_ids):
-                v = spec.first_vblock + i
-                cb = v // r
-                if cb not in checked:
-                    checked[cb] = self.layout.check(match.payloads[cb], r) if cb < match.n_blocks else None
-                payload = checked[cb]
-                if payload is None:
-                    self._errors.add(bid)
-                    continue
-                ok_ids.append(bid)
-                ok_parts.append((payload, v % r))
+            match = w.pinned(spec)
+            ok_ids, ok_parts = w.checked(spec, match)  # the failed checks are the worker's load errors now
+            w.c["load_errors"] += len(spec.block_ids) - len(ok_ids)
         except Exception as exc:  # a dead tier, a bug: vLLM recomputes
             log.warning("ctxcache load for %s failed (%s): vLLM recomputes", spec.req_id, exc)
             self._errors.update(spec.block_ids)

@@ -116,28 +116,39 @@ class WorkerSide:
             self.c["load_max_s"] = max(self.c["load_max_s"], dt)
             self.c["load_requests"] += 1
 
-    def _load_one(self, spec: LoadSpec) -> None:
+    def checked(self, spec: LoadSpec, match: Match) -> tuple[list[int], list[tuple[list[torch.Tensor], int]]]:
+        """The vLLM blocks of ``spec`` whose payloads in ``match`` pass the layout's check, with each
+        one's (payload, offset in its ctxcache block); the others become load errors. Whole-step and
+        layer-wise loads (layerwise.py) both check this way."""
         assert self.layout is not None, "register_kv_caches was not called"
         r = self.ratio
+        ok_ids: list[int] = []
+        parts: list[tuple[list[torch.Tensor], int]] = []
+        checked: dict[int, list[torch.Tensor] | None] = {}
+        for i, bid in enumerate(spec.block_ids):
+            v = spec.first_vblock + i
+            cb = v // r
+            if cb not in checked:
+                checked[cb] = self.layout.check(match.payloads[cb], r) if cb < match.n_blocks else None
+            payload = checked[cb]
+            if payload is None:
+                self._errors.add(bid)
+                continue
+            ok_ids.append(bid)
+            parts.append((payload, v % r))
+        return ok_ids, parts
+
+    def pinned(self, spec: LoadSpec) -> Match:
+        """The match the scheduler's lookup pinned for ``spec``, or a new lookup when it expired."""
+        match = self.stash.take(spec.req_id, spec.tokens)
+        return match if match is not None else self.cache.lookup(spec.tokens, spec.tenant)
+
+    def _load_one(self, spec: LoadSpec) -> None:
+        assert self.layout is not None, "register_kv_caches was not called"
         match: Match | None = None
         try:
-            match = self.stash.take(spec.req_id, spec.tokens)
-            if match is None:  # the stash expired or was for other tokens: look up again
-                match = self.cache.lookup(spec.tokens, spec.tenant)
-            ok_ids: list[int] = []
-            parts: list[tuple[list[torch.Tensor], int]] = []
-            checked: dict[int, list[torch.Tensor] | None] = {}
-            for i, bid in enumerate(spec.block_ids):
-                v = spec.first_vblock + i
-                cb = v // r
-                if cb not in checked:
-                    checked[cb] = self.layout.check(match.payloads[cb], r) if cb < match.n_blocks else None
-                payload = checked[cb]
-                if payload is None:
-                    self._errors.add(bid)
-                    continue
-                ok_ids.append(bid)
-                parts.append((payload, v % r))
+            match = self.pinned(spec)
+            ok_ids, parts = self.checked(spec, match)
             missing = self.layout.scatter(ok_ids, parts)  # hybrid: a group's layers vLLM needs, not stored
             if missing:
                 self._errors.update(missing)
