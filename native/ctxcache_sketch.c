@@ -2,13 +2,12 @@
  *
  * src/ctxcache/policies/wtinylfu.py keeps the sketch as a Python list of ints (``_counts``) and each
  * key's counters as a list of indices; an add bumps every counter of a key, an estimate is their
- * minimum. In Python that is ten subscripts and ten in-place adds per step, a large share of the
- * policy's time in a simulator replay (docs/policies.md, "Speed"). These two do the same steps on the same
+ * minimum. In Python that is ten subscripts and ten in-place adds per step, most of the policy's
+ * time in a simulator replay (docs/policies.md, "Speed"). These two do the same steps on the same
  * list, so the policy's state stays what it was (the pure-Python steps remain the fallback and the
- * reference: tests/policies/test_wtinylfu.py checks these against it, and tests/sim/test_replay_fused.py
- * the fused replay that uses them against the reference replay).
+ * reference: tests/policies/test_wtinylfu.py runs both).
  *
- * A counter must be an int that fits a C long long (the sketch only counts up and halves). An index out of
+ * A counter must be an int in [0, 2**62): the sketch only counts up and halves. An index out of
  * range raises IndexError before anything is changed.
  */
 #define PY_SSIZE_T_CLEAN

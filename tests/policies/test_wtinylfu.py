@@ -178,30 +178,3 @@ def test_matches_libcachesim_on_the_trace_head(trace_head, capacity):
     assert doomed_hits <= 5
     r = simulate(trace_head, WTinyLFU(capacity=capacity), capacity, semantics="object")
     assert r.misses == misses
-
-
-def test_the_compiled_sketch_steps_match_the_python_ones():
-    """_native.sketch_add/sketch_min (the fused replay's sketch steps) against the list arithmetic."""
-    native = pytest.importorskip("ctxcache._native", reason="ctxcache._native is not built")
-    if not hasattr(native, "sketch_add"):
-        pytest.skip("this build has no sketch steps")
-    rng = random.Random(3)
-    ours, ref = [0] * 97, [0] * 97
-    for _ in range(500):
-        idx = [rng.randrange(97) for _ in range(10)]
-        assert native.sketch_min(ours, idx) == min(ref[i] for i in idx)
-        native.sketch_add(ours, idx)
-        for i in idx:  # an index listed twice counts twice
-            ref[i] += 1
-        assert ours == ref
-    big = [2**40, 5]
-    native.sketch_add(big, [0])
-    assert big == [2**40 + 1, 5] and native.sketch_min(big, [0, 1]) == 5
-    for bad in ([97], [-1]):
-        with pytest.raises(IndexError):
-            native.sketch_add(ours, bad)
-    assert ours == ref  # a bad index changes nothing
-    with pytest.raises(TypeError):
-        native.sketch_add(tuple(ours), [0])
-    with pytest.raises(ValueError):
-        native.sketch_min(ours, [])
