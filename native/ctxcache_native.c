@@ -394,15 +394,9 @@ PyObject *ctxcache_run_meta(PyObject *self, PyObject *args);
 PyObject *ctxcache_encode_events(PyObject *self, PyObject *args); /* ctxcache_encode.c: their encoder */
 PyObject *ctxcache_fd_send(PyObject *self, PyObject *args);       /* ctxcache_encode.c: their fast lane */
 PyObject *ctxcache_fd_recv(PyObject *self, PyObject *args);
-PyObject *ctxcache_sketch_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs); /* ctxcache_sketch.c */
-PyObject *ctxcache_sketch_min(PyObject *self, PyObject *const *args, Py_ssize_t nargs); /* w-tinylfu's sketch */
 int ctxcache_add_order(PyObject *m);                            /* ctxcache_order.c: the LRU/FIFO order */
 
 static PyMethodDef methods[] = {
-    {"sketch_add", (PyCFunction)(void (*)(void))ctxcache_sketch_add, METH_FASTCALL,
-     "sketch_add(counts, idx): counts[i] += 1 for each i in idx (w-tinylfu's sketch)"},
-    {"sketch_min", (PyCFunction)(void (*)(void))ctxcache_sketch_min, METH_FASTCALL,
-     "sketch_min(counts, idx) -> min(counts[i] for i in idx) (w-tinylfu's sketch)"},
     {"token_bytes", token_bytes, METH_O, "as_token_array(tokens).tobytes(), or None: let keys.py decide."},
     {"chain", chain, METH_VARARGS, "chain(buf, stride, start, stop, parent, secret, kind) -> keys of blocks start..stop-1"},
     {"walk", walk, METH_VARARGS, "walk(buf, stride, n, keys, root, secret, kind, shards, get) -> matched items"},

@@ -28,13 +28,12 @@ from __future__ import annotations
 import copy
 import math
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
 import xxhash
 
-from .. import accel
 from ..errors import ConfigError
 from .base import CanEvict, Key, Policy
 from .registry import register
@@ -45,8 +44,6 @@ _P1, _P2, _P3 = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9  # XX
 _P4, _P5 = 0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5
 _BLOCK = 256
 _xxh64 = xxhash.xxh64_intdigest
-# Methods the fused replay_object inlines or relies on: a subclass that redefines one gets the reference loop.
-_INTERNALS = ("_indices", "_add", "_estimate", "_to_main", "_main_victim", "_evict_fast", "_evict_general", "_sizes")
 _UNDECIDED: Hashable = object()  # _evict_fast's answer when the common step does not apply
 
 
@@ -337,107 +334,6 @@ class WTinyLFU(Policy):
                 del idx[wkey]
                 return wkey
         return _UNDECIDED
-
-    def replay_object(self, requests: Iterable[Any], capacity: int, clock: Any) -> int:
-        """``Policy.replay_object``'s loop with the common steps inlined (same misses, same state):
-        a window hit, ``_evict_fast``'s step (window head against main's head) and ``on_insert``.
-        Main hits and the other eviction cases call the methods. With ``ctxcache._native`` built and
-        on, the sketch's adds and estimates are its ``sketch_add``/``sketch_min`` over the same list
-        (ten subscripts and adds per step were most of the time), else the unrolled Python."""
-        if self._fixed is None or not self._fast or not self.fused_ok(WTinyLFU, *_INTERNALS):
-            return super().replay_object(requests, capacity, clock)
-        win, prob, prot, idx, doomed, cache = self._win, self._prob, self._prot, self._idx, self._doomed, self._blocks
-        mn, prob_max, prot_max = self._fixed
-        win_move, on_hit, evict, indices = win.move_to_end, self.on_hit, self.evict, self._indices
-        cache_get = cache.get
-        c, mv = self._counts, self._mv
-        nat: Any = accel.native  # the compiled sketch steps when built and on, else the unrolled Python ones
-        bump: Any = nat.sketch_add if hasattr(nat, "sketch_add") else None
-        least: Any = nat.sketch_min if bump is not None else None
-        misses = resident = 0
-        try:
-            for r in requests:
-                clock.t = r.time
-                for b in r.blocks:
-                    if b in idx:
-                        if b in win:
-                            win_move(b)
-                        else:
-                            self._mv = mv
-                            on_hit(b)
-                            c, mv = self._counts, self._mv  # a halving replaces both
-                        continue
-                    misses += 1
-                    if resident >= capacity:
-                        if win and not doomed and len(prob) + len(prot) >= mn:  # _evict_fast's step
-                            wkey = next(iter(win))
-                            seg = prob or prot
-                            mkey = next(iter(seg))
-                            wix = idx[wkey]
-                            if least is not None:  # the compiled sketch steps, on the same list
-                                west = least(c, wix)
-                                admit = mv is None or mv[0] != mkey or west > mv[1]
-                                if admit:
-                                    mest = least(c, idx[mkey])
-                                    mv = (mkey, mest)
-                                    admit = west > mest
-                                bump(c, wix)
-                            else:
-                                i0, i1, i2, i3, i4, i5, i6, i7, i8, i9 = wix
-                                west = min(c[i0], c[i1], c[i2], c[i3], c[i4], c[i5], c[i6], c[i7], c[i8], c[i9])
-                                admit = mv is None or mv[0] != mkey or west > mv[1]
-                                if admit:
-                                    j0, j1, j2, j3, j4, j5, j6, j7, j8, j9 = idx[mkey]
-                                    mest = min(c[j0], c[j1], c[j2], c[j3], c[j4], c[j5], c[j6], c[j7], c[j8], c[j9])
-                                    mv = (mkey, mest)
-                                    admit = west > mest
-                                c[i0] += 1
-                                c[i1] += 1
-                                c[i2] += 1
-                                c[i3] += 1
-                                c[i4] += 1
-                                c[i5] += 1
-                                c[i6] += 1
-                                c[i7] += 1
-                                c[i8] += 1
-                                c[i9] += 1
-                            del win[wkey]
-                            if admit:
-                                del seg[mkey], idx[mkey]
-                                if len(prob) < prob_max or len(prot) >= prot_max:  # _to_main
-                                    prob[wkey] = None
-                                else:
-                                    prot[wkey] = None
-                            else:
-                                del idx[wkey]
-                        else:
-                            self._mv = mv
-                            evict(None)
-                            c, mv = self._counts, self._mv
-                    else:
-                        resident += 1
-                    if type(b) is int and (block := cache_get(b >> 8)) is not None:  # on_insert
-                        ix = idx[b] = block[b & 255]
-                    else:
-                        ix = idx[b] = indices(b)
-                    win[b] = None
-                    if bump is not None:
-                        bump(c, ix)
-                        continue
-                    i0, i1, i2, i3, i4, i5, i6, i7, i8, i9 = ix
-                    c[i0] += 1
-                    c[i1] += 1
-                    c[i2] += 1
-                    c[i3] += 1
-                    c[i4] += 1
-                    c[i5] += 1
-                    c[i6] += 1
-                    c[i7] += 1
-                    c[i8] += 1
-                    c[i9] += 1
-        finally:
-            self._mv = mv
-        return misses
 
     def _evict_general(self, can_evict: CanEvict, mn: int) -> Key | None:
         win, prob, prot, idx = self._win, self._prob, self._prot, self._idx
