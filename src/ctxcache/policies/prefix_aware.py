@@ -28,22 +28,15 @@ import heapq
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Iterable
 from typing import Any
 
 from ..errors import ConfigError
 from .base import CanEvict, Key, Policy
 from .registry import register
 
-# Methods the fused replay_object inlines or relies on: a subclass that redefines one gets the reference loop.
-_INTERNALS = ("_touch", "_flush", "_ended", "_refit", "_push", "_count", "_count_insert", "_head", "_valued", "_choose")
 _Head = tuple[float, float, int, Key, int]  # value, last access, heap seq, key, class
 _NBINS = 30  # half-octave age bins: [0, 1), [1, 1.41), ... up to ~2^14.5 s
 _MID = [0.5] + [2.0 ** ((b - 0.5) / 2.0) for b in range(1, _NBINS)]  # representative age per bin
-
-
-def _by_age(h: _Head) -> tuple[float, int]:
-    return h[1], h[2]
 
 
 def _bin(age: float) -> int:
@@ -240,136 +233,6 @@ class PrefixAware(Policy):
             del ghost[key]
             self._ended(cls, gone - last, False)
 
-    def replay_object(self, requests: Iterable[Any], capacity: int, clock: Any) -> int:
-        """``Policy.replay_object``'s loop with ``_touch`` and ``_flush`` inlined for object semantics
-        (no index: every key is evictable and every access its own request): same misses, same
-        state. ``evict`` is still called as a method."""
-        if self._index is not None or self._pending or not self.fused_ok(PrefixAware, *_INTERNALS):
-            return super().replay_object(requests, capacity, clock)
-        meta_of, ghost, heaps, hist, dirty = self._meta, self._ghost, self._heaps, self._hist, self._dirty
-        ghost_pop, mark, push, nxt = ghost.pop, dirty.add, heapq.heappush, self._seq.__next__
-        evict, refit, log2, isnan = self.evict, self._refit, math.log2, math.isnan
-        mc, hl, gf, ue, shared = (
-            self.max_count,
-            self.freq_half_life,
-            self.ghost_factor,
-            self.update_every,
-            self.shared_count,
-        )
-        top = _NBINS - 1
-        # _flush's class offset for a request of one block: ``new_edges`` count the one insert (or none)
-        base_ins = sum(1 for e in self.new_edges if e <= 1)
-        base_hit = sum(1 for e in self.new_edges if e <= 0)
-        if shared > 0:
-            base_ins, base_hit = 2 * base_ins, 2 * base_hit
-        base_ins, base_hit = base_ins * mc, base_hit * mc
-        heads, cw, margin, hd, n_cls = self._hv, self.cost_weight, self.margin, self._hd, len(self._hv)
-        pop = heapq.heappop
-        ins_n, ins_t0, ins_last = self._ins_n, self._ins_t0, self._ins_last
-        misses = resident = 0
-        try:
-            for r in requests:
-                now = clock.t = r.time
-                for b in r.blocks:
-                    meta = meta_of.get(b)
-                    if meta is None:
-                        misses += 1
-                        if resident >= capacity:  # evict(None), the usual case inlined
-                            if (now, None) != self._hv_key:
-                                self._hv_key = (now, None)
-                                dirty.update(range(n_cls))
-                            learned = self._learned
-                            while True:
-                                for c in dirty:  # _head: class c's oldest live entry, valued
-                                    heap = heaps[c]
-                                    head = None
-                                    while heap:
-                                        last, seq, key = heap[0]
-                                        m = meta_of.get(key)
-                                        if m is None or m[4] != seq:
-                                            pop(heap)
-                                            continue
-                                        if learned:
-                                            age = now - last
-                                            v = hd[c][0 if age < 1.0 else min(top, int(2.0 * log2(age)) + 1)]
-                                            head = (v * (1.0 + cw * m[3]), last, seq, key, c)
-                                        else:
-                                            head = (0.0, last, seq, key, c)
-                                        break
-                                    heads[c] = head
-                                dirty.clear()
-                                live = [h for h in heads if h is not None]
-                                if not live:
-                                    evict(None)  # requeues every key and tries once more
-                                    break
-                                oldest = min(live, key=_by_age)  # _choose
-                                low = min(live)
-                                best = low if low[0] < margin * oldest[0] else oldest
-                                key = best[3]
-                                m = meta_of.get(key)
-                                if m is not None and m[4] == best[2]:
-                                    del meta_of[key]
-                                    pop(heaps[best[4]])
-                                    mark(best[4])
-                                    ghost[key] = (m[0], m[1], m[2], now)
-                                    break
-                                mark(best[4])  # the cached head went stale since: look at its class again
-                        else:
-                            resident += 1
-                        g = ghost_pop(b, None)
-                        count = 1.0
-                        if g is not None:  # a reuse the cache missed: still evidence for its class and age
-                            age = now - g[1]
-                            hist[g[0]][0 if age < 1.0 else min(top, int(2.0 * log2(age)) + 1)] += 1.0
-                            self._events += 1
-                            if self._events % ue == 0:
-                                refit()
-                            count = g[2] * 0.5 ** ((now - g[1]) / hl) + 1.0 if hl else g[2] + 1.0
-                        meta = meta_of[b] = [0, now, count, 0, -1]
-                        # _count_insert
-                        if now > ins_last and ins_n >= 1024:
-                            tau = len(meta_of) * (now - ins_t0) / ins_n
-                            self._tau = tau if self._tau <= 0 else 0.7 * self._tau + 0.3 * tau
-                            ins_n, ins_t0 = 0, now
-                        elif isnan(ins_t0):
-                            ins_t0 = now
-                        ins_n += 1
-                        ins_last = now
-                        cls = base_ins + min(int(count), mc) - 1
-                    else:
-                        last = meta[1]
-                        age = now - last
-                        hist[meta[0]][0 if age < 1.0 else min(top, int(2.0 * log2(age)) + 1)] += 1.0
-                        self._events += 1
-                        if self._events % ue == 0:
-                            refit()
-                        prev = meta[2]
-                        meta[1] = now
-                        count = meta[2] = prev * 0.5 ** ((now - last) / hl) + 1.0 if hl else prev + 1.0
-                        cls = base_hit + (mc if shared > 0 and 0 < prev < shared else 0) + min(int(count), mc) - 1
-                    # _flush: class the key and queue it
-                    meta[0] = cls
-                    seq = meta[4] = nxt()
-                    push(heaps[cls], (now, seq, b))
-                    mark(cls)
-                    if ghost:  # expire ghosts: those lifetimes ended unreused
-                        limit = gf * max(len(meta_of), 1)
-                        tau = self._tau
-                        horizon = gf * tau if tau > 0 else math.inf
-                        while ghost:
-                            key = next(iter(ghost))
-                            gc, glast, _, gone = ghost[key]
-                            if len(ghost) <= limit and now - gone <= horizon:
-                                break
-                            del ghost[key]
-                            self._unused[gc] += 1.0
-                            self._events += 1
-                            if self._events % ue == 0:
-                                refit()
-        finally:
-            self._ins_n, self._ins_t0, self._ins_last = ins_n, ins_t0, ins_last
-        return misses
-
     def on_insert(self, key: Key) -> None:
         self._touch(key, True)
 
@@ -410,7 +273,7 @@ class PrefixAware(Policy):
         return None
 
     def _choose(self, live: list[_Head]) -> _Head:
-        oldest = min(live, key=_by_age)
+        oldest = min(live, key=lambda h: (h[1], h[2]))
         low = min(live)
         return low if low[0] < self.margin * oldest[0] else oldest
 
