@@ -134,21 +134,16 @@ class ARC(Policy):
 
     def replay_object(self, requests: Iterable[Any], capacity: int, clock: Any) -> int:
         """``Policy.replay_object``'s loop with this class's methods inlined (same misses, same state).
-
         The reference loop asks ``key in policy`` before ``evict``, so p adapts to a ghost hit on
         the missed key before the replacement when the cache is full, and in ``on_insert``
         (nothing evicted in between) when it is not: here it adapts at the miss, in both cases."""
-        if (
-            self.capacity is None
-            or self._probe is not _NONE
-            or not self.fused_ok(ARC, "_adapt", "_probe_in_b2", "_order")
-        ):
+        inlined = ("_adapt", "_probe_in_b2", "_order")
+        if self.capacity is None or self._probe is not _NONE or not self.fused_ok(ARC, *inlined):
             return super().replay_object(requests, capacity, clock)
         t1, t2, b1, b2 = self._t1, self._t2, self._b1, self._b2
         c, p = self._c, self.p
         fc, c2 = float(c), 2 * c
-        t2_move, t1_pop, t2_pop = t2.move_to_end, t1.popitem, t2.popitem
-        b1_pop, b2_pop = b1.popitem, b2.popitem
+        t2_move, t1_pop, t2_pop, b1_pop, b2_pop = t2.move_to_end, t1.popitem, t2.popitem, b1.popitem, b2.popitem
         misses = resident = 0
         try:
             for r in requests:

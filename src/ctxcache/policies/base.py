@@ -94,41 +94,9 @@ class Policy(ABC):
         this loop by tests/sim/test_replay_fused.py) and fall back here (``super()``) for cases it
         does not cover: ``fused_ok`` says whether a subclass changed a hook the fused loop inlines.
         """
-        contains, hit, insert, evict = self.__contains__, self.on_hit, self.on_insert, self.evict
-        misses = 0
-        resident = 0
-        if self.offline:
-            fut = as_offline(self)
-            assert fut is not None
-            i = 0
-            for r in requests:
-                clock.t = r.time
-                for b in r.blocks:
-                    fut.position = i
-                    i += 1
-                    if contains(b):
-                        hit(b)
-                        continue
-                    misses += 1
-                    if resident >= capacity:
-                        evict(None)
-                    else:
-                        resident += 1
-                    insert(b)
-            return misses
-        for r in requests:
-            clock.t = r.time
-            for b in r.blocks:
-                if contains(b):
-                    hit(b)
-                    continue
-                misses += 1
-                if resident >= capacity:
-                    evict(None)
-                else:
-                    resident += 1
-                insert(b)
-        return misses
+        from .replay import replay_reference  # beside this file: base.py stays one sitting's read
+
+        return replay_reference(self, requests, capacity, clock)
 
     def fused_ok(self, owner: type, *extra: str) -> bool:
         """True when ``owner``'s fused ``replay_object`` may run for this instance: no class between
