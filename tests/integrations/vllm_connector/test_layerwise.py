@@ -80,6 +80,17 @@ def _stored(w: WorkerSide) -> list[list[torch.Tensor]]:
         w.cache.release(m)
 
 
+def _stored_then_piped(tmp_path: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], Any, LayerPipeline]:
+    """A worker that stored SRC_IDS' four blocks of ``src`` whole-step, then registered ``dst``
+    (a new engine's KV), with a layer pipeline over ``dst``."""
+    src, dst = _kv(0), _kv(1)
+    w = _worker(tmp_path, "a", src)
+    w.save([SaveSpec("r", "vllm", TOKENS[:32], 0, SRC_IDS)])
+    w.flush()
+    w.register(dst, NB)
+    return src, dst, w, LayerPipeline(w, dst)
+
+
 def test_layerwise_saves_the_same_blocks_as_whole_step(tmp_path: Path) -> None:
     kv = _kv(0)
     whole, layered = _worker(tmp_path, "a", kv), _worker(tmp_path, "b", kv)
@@ -130,12 +141,7 @@ def test_a_block_saved_in_one_mode_loads_in_the_other(tmp_path: Path, save_mode:
 
 
 def test_each_layer_is_loaded_when_its_attention_runs_and_the_copy_runs_ahead(tmp_path: Path) -> None:
-    src, dst = _kv(0), _kv(1)
-    w = _worker(tmp_path, "a", src)
-    w.save([SaveSpec("r", "vllm", TOKENS[:32], 0, SRC_IDS)])
-    w.flush()
-    w.register(dst, NB)
-    p = LayerPipeline(w, dst)
+    src, dst, w, p = _stored_then_piped(tmp_path)
     assert [NAMES[i] for i in p.order] == NAMES  # forward order, not string order
     real = p._copy_layer
 
@@ -161,12 +167,7 @@ def test_each_layer_is_loaded_when_its_attention_runs_and_the_copy_runs_ahead(tm
 
 
 def test_a_failed_layer_copy_is_a_recompute_of_every_block_it_touched(tmp_path: Path) -> None:
-    src, dst = _kv(0), _kv(1)
-    w = _worker(tmp_path, "a", src)
-    w.save([SaveSpec("r", "vllm", TOKENS[:32], 0, SRC_IDS)])
-    w.flush()
-    w.register(dst, NB)
-    p = LayerPipeline(w, dst)
+    src, dst, w, p = _stored_then_piped(tmp_path)
     real = p._copy_layer
 
     def flaky(li: int, idx: torch.Tensor, parts: Any) -> None:
@@ -258,12 +259,7 @@ def test_saves_without_hooks_and_chunked_prefill_store_completely(tmp_path: Path
 def test_a_step_ends_with_every_layer_copied_even_without_waits(tmp_path: Path) -> None:
     """vLLM asks for the load errors at the end of every step: by then every layer is copied and the
     pinned blocks are released, whether or not a wait_for_layer_load came for each layer."""
-    src, dst = _kv(0), _kv(1)
-    w = _worker(tmp_path, "a", src)
-    w.save([SaveSpec("r", "vllm", TOKENS[:32], 0, SRC_IDS)])
-    w.flush()
-    w.register(dst, NB)
-    p = LayerPipeline(w, dst)
+    src, dst, w, p = _stored_then_piped(tmp_path)
     real = p._copy_layer
 
     def slow(li: int, idx: torch.Tensor, parts: Any) -> None:
