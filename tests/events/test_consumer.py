@@ -95,6 +95,7 @@ def test_a_consumer_whose_position_was_trimmed_away_rebuilds_from_the_snapshot(r
     w.wait()
     _until(lambda: _seq(c, "w2") == w.seq)
     c.stop()
+    before = c.snapshots  # 1, or 0 when the worker's first snapshot came after this consumer's start
     for i in range(1, 2000):
         w.store(i)
     w.wait()
@@ -103,7 +104,7 @@ def test_a_consumer_whose_position_was_trimmed_away_rebuilds_from_the_snapshot(r
     time.sleep(0.5)  # a snapshot newer than the trim
     c.start()
     _until(lambda: _seq(c, "w2") == w.seq)
-    assert c.snapshots >= 2 and c.gaps >= 1
+    assert c.snapshots >= before + 1 and c.gaps >= 1  # the restart found its position trimmed: a rebuild
     assert _held(c, "w2") == w.pub.view.tiers["redis"]
     c.stop()
     w.pub.close()
@@ -138,7 +139,9 @@ def test_a_silent_worker_is_forgotten_after_missed_heartbeats(redis_url):
     c.start()
     _until(lambda: _held(c, "w4") == {_key(1)})
     _until(lambda: "w4" not in c.workers, timeout=3)  # no heartbeat: gone after ~0.3 s
-    assert c.silent == 1
+    # >= 1: the publisher's snapshot refreshes the registry, so a first snapshot that comes late
+    # (a loaded machine) makes the worker known again, and silent again, before this line runs
+    assert c.silent >= 1 and c.stats()["silent"] == c.silent
     c.stop()
     w.pub.close()
 

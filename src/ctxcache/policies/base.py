@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from .. import accel
 from ..shardmap import ORDER_SHARDS
 from ..units import Clock
+from .replay import replay_reference
 
 Key = Hashable
 CanEvict = Callable[[Any], bool] | None
@@ -94,9 +95,9 @@ class Policy(ABC):
         this loop by tests/sim/test_replay_fused.py) and fall back here (``super()``) for cases it
         does not cover: ``fused_ok`` says whether a subclass changed a hook the fused loop inlines.
         """
-        from .replay import replay_reference  # beside this file: base.py stays one sitting's read
-
-        return replay_reference(self, requests, capacity, clock)
+        fut = as_offline(self) if self.offline else None
+        assert fut is not None or not self.offline, "an offline policy implements Offline"
+        return replay_reference(self, fut, requests, capacity, clock)  # policies/replay.py
 
     def fused_ok(self, owner: type, *extra: str) -> bool:
         """True when ``owner``'s fused ``replay_object`` may run for this instance: no class between

@@ -4,20 +4,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
-
-from .base import Policy, as_offline
+from collections.abc import Hashable, Iterable
+from typing import Any, Protocol
 
 
-def replay_reference(policy: Policy, requests: Iterable[Any], capacity: int, clock: Any) -> int:
-    """``Policy.replay_object``'s contract, one method call per step; returns the misses."""
+class Replayable(Protocol):  # the Policy methods the loop calls (base.py imports this module)
+    def __contains__(self, key: object) -> bool: ...
+    def on_hit(self, key: Hashable) -> None: ...
+    def on_insert(self, key: Hashable) -> None: ...
+    def evict(self, can_evict: Any = None) -> Hashable | None: ...
+
+
+def replay_reference(policy: Replayable, fut: Any, requests: Iterable[Any], capacity: int, clock: Any) -> int:
+    """``Policy.replay_object``'s contract, one method call per step; returns the misses. ``fut``:
+    the policy's ``Offline`` view (its ``position`` set before each access), or None."""
     contains, hit, insert, evict = policy.__contains__, policy.on_hit, policy.on_insert, policy.evict
     misses = 0
     resident = 0
-    if policy.offline:
-        fut = as_offline(policy)
-        assert fut is not None
+    if fut is not None:
         i = 0
         for r in requests:
             clock.t = r.time
