@@ -73,10 +73,13 @@ def test_one_replicator_per_region_and_sigterm_is_a_clean_exit(redis_factory):
         while int(log.r.hget(log.k["meta"], "seq") or 0) < 1:
             assert time.monotonic() < deadline
             time.sleep(0.1)
+        # its periodic status line shows the erasure applied while it holds the claim (waited for:
+        # SIGTERM right after the log's seq moved may come before any such line is printed)
+        _wait_for_line(first, '"holding": true, "head": 1')
         first.send_signal(signal.SIGTERM)
         assert first.wait(20) == 0
         out = first.stdout.read() if first.stdout else ""
-        assert '"holding": true' in out and '"head": 1' in out, out
+        assert '"holding": false, "head": 1' in out, out  # its last line: the claim released at exit
         deadline = time.monotonic() + 5  # the claim was released: the second takes over at once
         while log.r.get(log.k["owner"]) in (None, holder):
             assert time.monotonic() < deadline, "the second replicator did not take over"
