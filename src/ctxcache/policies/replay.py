@@ -21,8 +21,8 @@ def replay_reference(policy: Replayable, fut: Any, requests: Iterable[Any], capa
     contains, hit, insert, evict = policy.__contains__, policy.on_hit, policy.on_insert, policy.evict
     misses = 0
     resident = 0
-    if fut is not None:
-        i = 0
+    if fut is not None:  # two copies of the loop: LRU/FIFO run it at ~1x a bare OrderedDict loop,
+        i = 0  # where a per-access ``if fut`` would cost them a tenth
         for r in requests:
             clock.t = r.time
             for b in r.blocks:
