@@ -55,11 +55,17 @@ def test_the_lane_writes_the_threads_entries_in_order(redis_url, native):
     pub.close()
 
 
-def test_a_broken_lane_drops_what_it_had_unanswered_and_resyncs(redis_url):
+def _lane_after_one_batch(redis_url: str, prefix: str) -> tuple[redis.Redis, StreamsPublisher]:
+    """A publisher whose first batch went out and was answered: the next ones take the lane."""
     client = redis.Redis.from_url(redis_url)
-    pub = StreamsPublisher(client, "w", prefix="flb:")
+    pub = StreamsPublisher(client, "w", prefix=prefix)
     pub.publish(_batch(1))
     _drain(pub)
+    return client, pub
+
+
+def test_a_broken_lane_drops_what_it_had_unanswered_and_resyncs(redis_url):
+    client, pub = _lane_after_one_batch(redis_url, "flb:")
     pub.publish(_batch(2))
     _drain(pub)
     snaps = pub.snapshots
@@ -83,10 +89,7 @@ def test_a_broken_lane_drops_what_it_had_unanswered_and_resyncs(redis_url):
 
 
 def test_a_batch_the_encoder_refuses_goes_the_threads_way_and_the_lane_stays(redis_url):
-    client = redis.Redis.from_url(redis_url)
-    pub = StreamsPublisher(client, "w", prefix="fle:")
-    pub.publish(_batch(1))
-    _drain(pub)
+    client, pub = _lane_after_one_batch(redis_url, "fle:")
     pub.publish(_batch(2))
     assert pub._lane is not None and pub._lane.inflight  # on the lane, its reply not read yet
     bad = EventBatch("w", "e1", 3, (BlockStored((b"k" * 16, b"k"), "ram"),), 1.0)  # mixed key widths
