@@ -147,6 +147,8 @@ class EventsRuntime:
         self.emitter.emit(started)
         self.watch = EngineWatch(engine, self.emitter, token_ids=cfg.token_ids)
         self.watch.attach()
+        self.watch.announce()
+        self.publisher.source = self.watch.held
         self.feed: FilterFeed | None = None
         self.consumer: Consumer | None = None
         filters: dict[str, list[KeyFilter]] = {}

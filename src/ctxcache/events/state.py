@@ -12,6 +12,7 @@ never saw the start still learns which tiers are shared, and with what store.
 from __future__ import annotations
 
 import struct
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from .codec import EventDecodeError, decode_events, encode_events
@@ -64,11 +65,14 @@ def _s16(s: str) -> bytes:
     return _H.pack(len(b)) + b
 
 
-def encode_snapshot(view: WorkerView, stream_id: str) -> bytes:
+def encode_snapshot(view: WorkerView, stream_id: str, tiers: Mapping[str, Collection[bytes]] | None = None) -> bytes:
+    """``tiers``: the blocks to write instead of ``view.tiers`` (a publisher that reads them from
+    its engine at snapshot time rather than mirroring every batch)."""
     started = encode_events((view.started,)) if view.started is not None else encode_events(())
     out = [MAGIC, _Q.pack(view.seq), _s16(view.epoch), _s16(stream_id), _I.pack(len(started)), started]
-    out.append(_H.pack(len(view.tiers)))
-    for tier, keys in view.tiers.items():
+    held = view.tiers if tiers is None else tiers
+    out.append(_H.pack(len(held)))
+    for tier, keys in held.items():
         width = len(next(iter(keys))) if keys else 0
         out += [_s16(tier), _I.pack(len(keys)), bytes((width,)), b"".join(keys)]
     return b"".join(out)

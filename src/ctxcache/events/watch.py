@@ -124,6 +124,8 @@ class EngineWatch:
         self._add(("a", pos, key))
 
     def landed(self, pos: int, key: Hashable) -> None:
+        if key not in self.e.slots[pos].owners:
+            return  # it left while its write was queued (erased, evicted): its removal was announced then
         if self._open is not None:
             self._close()
         self._add(("a", pos, key))
@@ -216,6 +218,44 @@ class EngineWatch:
         out.append(BlockStored(tuple(keys), tier, _kb(top), bs, size))
         return i
 
+    # --- what the worker holds (the publisher's snapshot, a start) ------------------------------------
+    def held(self) -> dict[str, list[bytes]]:
+        """The blocks each tier holds as the events have told them so far (``_shard``), read shard
+        by shard under the engine's lock, so a store waits for one shard's copy at most. The
+        shards are read at different times, which a snapshot allows (the publisher takes its seq
+        first: streams.py)."""
+        out: dict[str, list[bytes]] = {}
+        for pos, slot in enumerate(self.e.slots):
+            if self._healthy[pos]:
+                keys: list[bytes] = []
+                for shard in slot.owners.shards:
+                    with self.e.lock:
+                        keys += self._shard(pos, shard)
+                out[self.names[pos]] = keys
+        return out
+
+    def announce(self, only: int | None = None) -> None:
+        """What the tiers hold (at start: a disk or Redis tier a restart found full; ``only``: a tier
+        back from lost), so stream followers learn it as a snapshot reader does: a BlockStored per
+        shard, parent unknown. Each shard is read and its event queued under the engine's lock, so
+        a block that leaves meanwhile has its removal queued after it, never before."""
+        for pos, slot in enumerate(self.e.slots):
+            if (only is None or pos == only) and self._healthy[pos]:
+                for shard in slot.owners.shards:
+                    with self.e.lock:
+                        keys = self._shard(pos, shard)
+                        if keys:
+                            self.em.emit(BlockStored(tuple(keys), self.names[pos], None, self.e.block_size, 0))
+
+    def _shard(self, pos: int, shard: dict[Any, Any]) -> list[bytes]:
+        """One owners shard's keys as announced (under the engine's lock): a slow tier's writes still
+        queued are not (they are when they land)."""
+        if self.slow[pos] and (pending := self.e.placement.mover.pending):
+            run = [k for k in shard if (m := pending.get(k)) is None or m.dst != pos]
+        else:
+            run = list(shard)
+        return run if all(k.__class__ is bytes for k in run) else [key_bytes(k) for k in run]
+
     # --- tier health (the emitter's thread) ------------------------------------------------------------
     def check_health(self) -> None:
         """A tier that stopped answering: everything this worker held there is unreachable
@@ -230,8 +270,4 @@ class EngineWatch:
                 self.em.emit(TierCleared(slot.name, "lost"))
                 continue
             self.recovered += 1
-            with self.e.lock:
-                keys = [key_bytes(k) for k in slot.owners]
-            for i in range(0, len(keys), 4096):
-                run = tuple(keys[i : i + 4096])
-                self.em.emit(BlockStored(run, slot.name, None, self.e.block_size, 0))
+            self.announce(pos)
