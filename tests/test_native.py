@@ -118,6 +118,62 @@ def test_plain_ids_take_the_compiled_path():
     assert fast.prompt(arr, Namespace()).tokens is arr  # the caller's array, not a copy
 
 
+class _Id(int):
+    pass
+
+
+DTYPES = ["i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8"]
+BAD_IDS = [-1, -(2**31), 2**31, 2**32, 2**32 + 5, 2**63 - 1, -(2**63)]  # 2**32 + 5: the truncated int32 is 5
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_token_bytes_of_arrays_checks_every_position(dtype):
+    # The conversion runs in vector chunks with a scalar tail: an id out of range is caught anywhere.
+    info = np.iinfo(dtype)
+    for n in (1, 3, 7, 8, 15, 16, 17, 33, 100):
+        arr = (np.arange(n) % min(info.max, 2**31 - 1) + 1).astype(dtype)
+        assert native.token_bytes(arr) == as_token_array(arr).tobytes()
+        for pos in {0, n // 2, n - 1}:
+            for bad in BAD_IDS:
+                if not info.min <= bad <= info.max:
+                    continue
+                b = arr.copy()
+                b[pos] = bad
+                assert native.token_bytes(b) is None, (n, pos, bad)
+        hi = arr.copy()
+        hi[-1] = min(info.max, 2**31 - 1)  # the largest id each type can give is kept
+        assert native.token_bytes(hi) == as_token_array(hi).tobytes()
+
+
+LIST_CASES = [
+    [2**30 - 1, 2**30, 2**31 - 1, 0, 1],  # one digit, two digits, the largest id, zero
+    [0] * 5, [2**31 - 1] * 3, [5, _Id(6)], [5, np.int32(6)], [5, np.uint8(6)], [5, np.bool_(True)],
+    [1, 2**62], [1, -(2**30)], [1, -1], [2**31 + 1], [1, 2**31 + 2**30], [1, 2**64 + 1], [1, -(2**64)],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("head", LIST_CASES, ids=repr)
+@pytest.mark.parametrize("at", ["start", "middle", "end"])
+def test_token_bytes_of_lists_is_as_token_array_or_none(head, at):
+    # Beyond the one-digit loop's first stop: the same item at the start, after and inside a run of ids.
+    run = list(range(100, 140))
+    tokens = {"start": head + run, "middle": run[:20] + head + run[20:], "end": run + head}[at]
+    try:
+        want = as_token_array(tokens).tobytes()
+    except (TypeError, ValueError):
+        want = None
+    got = native.token_bytes(tokens)
+    assert got is None or got == want
+    if all(type(t) is int for t in tokens) and want is not None:
+        assert got == want  # plain ints in range take the compiled path
+    if want is None:
+        fast, slow = hashers(4, "xxh3")
+        with pytest.raises((TypeError, ValueError)) as err:
+            fast.prompt(tokens, Namespace())
+        with pytest.raises(err.type, match=re.escape(str(err.value))):
+            slow.prompt(tokens, Namespace())
+
+
 class _Stored:
     def __init__(self, tokens: object) -> None:
         self.tokens = tokens
