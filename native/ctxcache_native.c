@@ -1,12 +1,13 @@
 /* ctxcache._native: the compiled key walk (docs/ARCHITECTURE.md, "The native module").
  *
- * Three functions, each the exact counterpart of pure-Python code in src/ctxcache/keys.py, which
+ * Four functions, each the exact counterpart of pure-Python code in src/ctxcache/keys.py, which
  * stays the reference and the fallback (tests/test_native.py checks one against the other):
  *
  *   token_bytes(tokens)  -> bytes | None   as_token_array(tokens).tobytes(), or None where the
  *                                           Python path must decide (and name the error)
  *   chain(buf, stride, start, stop, parent, secret, kind) -> list[bytes]   BlockHasher._stream
  *   walk(buf, stride, n, keys, root, secret, kind, shards, get) -> list    BlockHasher.walk
+ *   shard_get_many(shards, keys, p) -> list                    MemoryTier.get_many's list comprehension
  *
  * key(block i) = H(key(block i-1) || int32 token bytes of block i):
  *   kind 0: XXH3-128 seeded with secret[16:24] (little-endian), canonical (big-endian) digest,
@@ -410,6 +411,51 @@ static PyObject *token_bytes(PyObject *self, PyObject *tokens) {
     Py_RETURN_NONE;
 }
 
+/* ---- shard_get_many -------------------------------------------------------------------------- */
+
+/* [shards[hash(k) % p].get(k) for k in keys]: the memory tier's get_many (tiers/memory.py, its
+ * reference), ~90 ns a key in Python. shards: a list of p dicts; keys: a list or tuple. */
+static PyObject *shard_get_many(PyObject *self, PyObject *args) {
+    PyObject *shards, *keys;
+    Py_ssize_t p;
+    if (!PyArg_ParseTuple(args, "O!On", &PyList_Type, &shards, &keys, &p)) return NULL;
+    if (p <= 0 || PyList_GET_SIZE(shards) < p) {
+        PyErr_SetString(PyExc_ValueError, "shard_get_many needs at least p shards");
+        return NULL;
+    }
+    /* A list is copied, as the comprehension's iterator would not let a key's __eq__ that shrinks
+     * it pull an item from under the loop. */
+    PyObject *seq = PyList_CheckExact(keys) ? PyList_GetSlice(keys, 0, PyList_GET_SIZE(keys))
+                                            : PySequence_Fast(keys, "keys must be iterable");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *k = items[i];
+        Py_hash_t h = PyObject_Hash(k);
+        if (h == -1 && PyErr_Occurred()) goto fail;
+        Py_ssize_t at = (Py_ssize_t)(h % p);
+        if (at < 0) at += p;  /* Python's % is never negative for a positive p */
+        PyObject *shard = PyList_GET_ITEM(shards, at), *v;
+        if (PyDict_CheckExact(shard)) {
+            v = PyDict_GetItemWithError(shard, k);
+            if (v == NULL && PyErr_Occurred()) goto fail;
+            v = v == NULL ? Py_None : v;
+            Py_INCREF(v);
+        } else if ((v = PyObject_CallMethodOneArg(shard, str_get, k)) == NULL) {
+            goto fail;
+        }
+        PyList_SET_ITEM(out, i, v);
+    }
+    Py_DECREF(seq);
+    return out;
+fail:
+    Py_DECREF(seq);
+    Py_DECREF(out);
+    return NULL;
+}
+
 /* ---- module --------------------------------------------------------------------------------- */
 
 PyObject *ctxcache_table_prefix(PyObject *self, PyObject *args); /* ctxcache_table.c: the router index */
@@ -425,6 +471,7 @@ static PyMethodDef methods[] = {
     {"token_bytes", token_bytes, METH_O, "as_token_array(tokens).tobytes(), or None: let keys.py decide."},
     {"chain", chain, METH_VARARGS, "chain(buf, stride, start, stop, parent, secret, kind) -> keys of blocks start..stop-1"},
     {"walk", walk, METH_VARARGS, "walk(buf, stride, n, keys, root, secret, kind, shards, get) -> matched items"},
+    {"shard_get_many", shard_get_many, METH_VARARGS, "shard_get_many(shards, keys, p) -> [shards[hash(k) % p].get(k) for k in keys]"},
     {"table_prefix", ctxcache_table_prefix, METH_VARARGS,
      "table_prefix(keys, lo, hi, fast, slow, shared, readers, cap, bits) -> (counts, fast masks, slow masks)"},
     {"table_upsert", ctxcache_table_upsert, METH_VARARGS,

@@ -285,3 +285,43 @@ def test_cli_reports_and_switches_the_key_walk(monkeypatch):
     res = CliRunner().invoke(app, ["--no-native", "version"])
     assert res.exit_code == 0 and "key walk: python (disabled (--no-native))" in res.output
     assert "LRU/FIFO order: python" in res.output
+
+
+class _Shard(dict):
+    def get(self, key, default=None):  # not an exact dict: called as a method, as Python would
+        return ("sub", super().get(key, default))
+
+
+def test_shard_get_many_is_the_comprehension():
+    # tiers/memory.py's get_many: [shards[hash(k) % p].get(k) for k in keys], negative hashes included.
+    rng = np.random.default_rng(3)
+    keys = [bytes(rng.integers(0, 256, 16, dtype=np.uint8)) for _ in range(300)]
+    keys += [-1, -2, -(2**62), 2**64, 0, 7, "s", ("t", 1), (-5,), 1.5, None, b""]
+    for p in (1, 7, 241):
+        shards = [_Shard() if i % 5 == 3 else {} for i in range(p)]
+        for k in keys[::2]:
+            shards[hash(k) % p][k] = ("v", k)
+        want = [shards[hash(k) % p].get(k) for k in keys]
+        assert native.shard_get_many(shards, keys, p) == want
+        assert native.shard_get_many(shards, tuple(keys), p) == want
+        assert native.shard_get_many(shards, iter(keys), p) == want
+        assert native.shard_get_many(shards, [], p) == []
+    with pytest.raises(TypeError, match="unhashable"):
+        native.shard_get_many([{}], [b"a", [1]], 1)
+    with pytest.raises(ValueError, match="p shards"):
+        native.shard_get_many([{}], [b"a"], 2)
+    with pytest.raises(TypeError):
+        native.shard_get_many([{}], 5, 1)
+
+
+def test_memory_tier_get_many_is_compiled_or_python():
+    from ctxcache.tiers.memory import MemoryTier
+
+    fast, slow = MemoryTier(10**6), MemoryTier(10**6)
+    assert fast._gets is native.shard_get_many or not accel.native
+    slow._gets = None
+    for t in (fast, slow):
+        for i in range(50):
+            t.put(bytes([i]) * 16, bytes(i))
+    keys = [bytes([i]) * 16 for i in range(0, 100, 3)]
+    assert fast.get_many(keys) == slow.get_many(keys) == [bytes(i) if i < 50 else None for i in range(0, 100, 3)]
