@@ -274,7 +274,7 @@ class Prompt:
     ) -> None:  # fmt: skip
         self.tokens = arr
         self.namespace = ns
-        self.n_blocks = hasher.n_blocks(len(arr))
+        self.n_blocks = len(arr) // hasher.block_size  # hasher.n_blocks, inlined: once per request
         self.buf = arr.tobytes() if buf is None else buf  # given: arr's bytes, made with it
         self._keys: list[bytes] = [] if keys is None else keys  # append-only, shared with prefixes
         self._hasher = hasher

@@ -73,7 +73,7 @@ def lookup(e: Engine, prompt: Prompt) -> Match:
     n_full = prompt.n_blocks
     with e.lock:
         nodes = e.hasher.walk(prompt, shards=e.index.shards)
-        if len(e.expiry):
+        if e.expiry.deadline:  # len(e.expiry), without a Python __len__ call on every lookup
             e.expiry.cut(nodes, e.clock())  # an expired block is a miss
         if e.simple:
             return finish_simple(e, nodes, prompt, n_full)
@@ -176,8 +176,9 @@ def finish_simple(e: Engine, nodes: list[Node], prompt: Prompt, n_full: int) -> 
         # One tier: pins only keep blocks in the index, and the deepest pin keeps its whole
         # chain there (ancestors are not leaves).
         e.index.pin(nodes[-1:])
-    hit = _count(e, nodes, n_full, len(prompt), prompt.namespace.tenant)
-    usage = Usage(cache_read_tokens=hit, uncached_tokens=len(prompt) - hit, by_tier={slot.name: hit} if n else {})
+    n_tokens = len(prompt.tokens)
+    hit = _count(e, nodes, n_full, n_tokens, prompt.namespace.tenant)
+    usage = Usage(cache_read_tokens=hit, uncached_tokens=n_tokens - hit, by_tier={slot.name: hit} if n else {})
     return Match(hit, n, payloads, usage, prompt.namespace, nodes, _cache=e, _pinned=nodes[-1:])
 
 
