@@ -66,11 +66,12 @@ class Namespace:
             _field(x) for x in (self.model, self.tenant, self.salt, str(self.version))
         )
         object.__setattr__(self, "secret", blake3.blake3(material).digest(32))
+        object.__setattr__(self, "_root", self.secret[:KEY_BYTES])  # read by every walk: sliced once
 
     @property
     def root(self) -> bytes:
         """The parent key of block 0."""
-        return self.secret[:KEY_BYTES]
+        return self._root  # type: ignore[attr-defined,no-any-return]
 
 
 def as_token_array(tokens: Tokens) -> np.ndarray:
