@@ -74,6 +74,26 @@ def test_chain_refuses_bad_arguments():
         native.chain(buf, 16, 0, 1, ns.root, ns.secret, 7)
     with pytest.raises(ValueError, match="multiple of 4"):
         native.chain(buf, 6, 0, 1, ns.root, ns.secret, 0)
+    # The arguments are read without PyArg_ParseTuple: its errors kept, any bytes-like buffer taken.
+    assert native.chain(bytearray(buf), 16, 0, 1, memoryview(ns.root), bytearray(ns.secret), 0) == (
+        native.chain(buf, 16, 0, 1, ns.root, ns.secret, 0)
+    )
+    bad_args = [
+        ((buf, 16, 0, 1, ns.root, ns.secret), TypeError), (("x" * 64, 16, 0, 1, ns.root, ns.secret, 0), TypeError),
+        ((buf, 16.0, 0, 1, ns.root, ns.secret, 0), TypeError), ((buf, 16, 0, 1, ns.root, None, 0), TypeError),
+        ((buf, 16, 0, 1, ns.root, ns.secret, 2**40), OverflowError), ((buf, 2**70, 0, 1, ns.root, ns.secret, 0), OverflowError),
+    ]  # fmt: skip
+    for args, err in bad_args:
+        with pytest.raises(err):
+            native.chain(*args)
+    shards = [{}] * 256
+    with pytest.raises(TypeError, match="list"):
+        native.walk(buf, 16, 1, (), ns.root, ns.secret, 0, shards, None)
+    with pytest.raises(TypeError):
+        native.walk(buf, 16, 1, [], ns.root, "s" * 32, 0, shards, None)
+    with pytest.raises(TypeError, match="9 arguments"):
+        native.walk(buf, 16, 1, [], ns.root, ns.secret, 0, shards)
+    assert native.walk(bytearray(buf), 16, 1, [], bytearray(ns.root), memoryview(ns.secret), 0, shards, None) == []
 
 
 SWAPPED = ">" if sys.byteorder == "little" else "<"

@@ -195,7 +195,8 @@ class BlockHasher:
             buf = self._native.token_bytes(tokens)
             if buf is not None:
                 ok = tokens.__class__ is np.ndarray and tokens.dtype is _NATIVE_I4  # type: ignore[union-attr]
-                return Prompt(self, tokens if ok else np.frombuffer(buf, _NATIVE_I4), ns, buf=buf)  # type: ignore[arg-type]
+                arr = tokens if ok else np.frombuffer(buf, _NATIVE_I4)
+                return Prompt(self, arr, ns, None, buf)  # type: ignore[arg-type]  # positional: ~100 ns less
         return Prompt(self, as_token_array(tokens), ns)
 
     def chain(self, arr: np.ndarray, ns: Namespace) -> Iterator[tuple[bytes, bytes]]:
