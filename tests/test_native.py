@@ -74,6 +74,26 @@ def test_chain_refuses_bad_arguments():
         native.chain(buf, 16, 0, 1, ns.root, ns.secret, 7)
     with pytest.raises(ValueError, match="multiple of 4"):
         native.chain(buf, 6, 0, 1, ns.root, ns.secret, 0)
+    # The arguments are read without PyArg_ParseTuple: its errors kept, any bytes-like buffer taken.
+    assert native.chain(bytearray(buf), 16, 0, 1, memoryview(ns.root), bytearray(ns.secret), 0) == (
+        native.chain(buf, 16, 0, 1, ns.root, ns.secret, 0)
+    )
+    bad_args = [
+        ((buf, 16, 0, 1, ns.root, ns.secret), TypeError), (("x" * 64, 16, 0, 1, ns.root, ns.secret, 0), TypeError),
+        ((buf, 16.0, 0, 1, ns.root, ns.secret, 0), TypeError), ((buf, 16, 0, 1, ns.root, None, 0), TypeError),
+        ((buf, 16, 0, 1, ns.root, ns.secret, 2**40), OverflowError), ((buf, 2**70, 0, 1, ns.root, ns.secret, 0), OverflowError),
+    ]  # fmt: skip
+    for args, err in bad_args:
+        with pytest.raises(err):
+            native.chain(*args)
+    shards = [{}] * 256
+    with pytest.raises(TypeError, match="list"):
+        native.walk(buf, 16, 1, (), ns.root, ns.secret, 0, shards, None)
+    with pytest.raises(TypeError):
+        native.walk(buf, 16, 1, [], ns.root, "s" * 32, 0, shards, None)
+    with pytest.raises(TypeError, match="9 arguments"):
+        native.walk(buf, 16, 1, [], ns.root, ns.secret, 0, shards)
+    assert native.walk(bytearray(buf), 16, 1, [], bytearray(ns.root), memoryview(ns.secret), 0, shards, None) == []
 
 
 SWAPPED = ">" if sys.byteorder == "little" else "<"
@@ -116,6 +136,62 @@ def test_plain_ids_take_the_compiled_path():
     arr = np.arange(8, dtype=np.int32)
     fast, _ = hashers(4, "xxh3")
     assert fast.prompt(arr, Namespace()).tokens is arr  # the caller's array, not a copy
+
+
+class _Id(int):
+    pass
+
+
+DTYPES = ["i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8"]
+BAD_IDS = [-1, -(2**31), 2**31, 2**32, 2**32 + 5, 2**63 - 1, -(2**63)]  # 2**32 + 5: the truncated int32 is 5
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_token_bytes_of_arrays_checks_every_position(dtype):
+    # The conversion runs in vector chunks with a scalar tail: an id out of range is caught anywhere.
+    info = np.iinfo(dtype)
+    for n in (1, 3, 7, 8, 15, 16, 17, 33, 100):
+        arr = (np.arange(n) % min(info.max, 2**31 - 1) + 1).astype(dtype)
+        assert native.token_bytes(arr) == as_token_array(arr).tobytes()
+        for pos in {0, n // 2, n - 1}:
+            for bad in BAD_IDS:
+                if not info.min <= bad <= info.max:
+                    continue
+                b = arr.copy()
+                b[pos] = bad
+                assert native.token_bytes(b) is None, (n, pos, bad)
+        hi = arr.copy()
+        hi[-1] = min(info.max, 2**31 - 1)  # the largest id each type can give is kept
+        assert native.token_bytes(hi) == as_token_array(hi).tobytes()
+
+
+LIST_CASES = [
+    [2**30 - 1, 2**30, 2**31 - 1, 0, 1],  # one digit, two digits, the largest id, zero
+    [0] * 5, [2**31 - 1] * 3, [5, _Id(6)], [5, np.int32(6)], [5, np.uint8(6)], [5, np.bool_(True)],
+    [1, 2**62], [1, -(2**30)], [1, -1], [2**31 + 1], [1, 2**31 + 2**30], [1, 2**64 + 1], [1, -(2**64)],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("head", LIST_CASES, ids=repr)
+@pytest.mark.parametrize("at", ["start", "middle", "end"])
+def test_token_bytes_of_lists_is_as_token_array_or_none(head, at):
+    # Beyond the one-digit loop's first stop: the same item at the start, after and inside a run of ids.
+    run = list(range(100, 140))
+    tokens = {"start": head + run, "middle": run[:20] + head + run[20:], "end": run + head}[at]
+    try:
+        want = as_token_array(tokens).tobytes()
+    except (TypeError, ValueError):
+        want = None
+    got = native.token_bytes(tokens)
+    assert got is None or got == want
+    if all(type(t) is int for t in tokens) and want is not None:
+        assert got == want  # plain ints in range take the compiled path
+    if want is None:
+        fast, slow = hashers(4, "xxh3")
+        with pytest.raises((TypeError, ValueError)) as err:
+            fast.prompt(tokens, Namespace())
+        with pytest.raises(err.type, match=re.escape(str(err.value))):
+            slow.prompt(tokens, Namespace())
 
 
 class _Stored:
@@ -229,3 +305,43 @@ def test_cli_reports_and_switches_the_key_walk(monkeypatch):
     res = CliRunner().invoke(app, ["--no-native", "version"])
     assert res.exit_code == 0 and "key walk: python (disabled (--no-native))" in res.output
     assert "LRU/FIFO order: python" in res.output
+
+
+class _Shard(dict):
+    def get(self, key, default=None):  # not an exact dict: called as a method, as Python would
+        return ("sub", super().get(key, default))
+
+
+def test_shard_get_many_is_the_comprehension():
+    # tiers/memory.py's get_many: [shards[hash(k) % p].get(k) for k in keys], negative hashes included.
+    rng = np.random.default_rng(3)
+    keys = [bytes(rng.integers(0, 256, 16, dtype=np.uint8)) for _ in range(300)]
+    keys += [-1, -2, -(2**62), 2**64, 0, 7, "s", ("t", 1), (-5,), 1.5, None, b""]
+    for p in (1, 7, 241):
+        shards = [_Shard() if i % 5 == 3 else {} for i in range(p)]
+        for k in keys[::2]:
+            shards[hash(k) % p][k] = ("v", k)
+        want = [shards[hash(k) % p].get(k) for k in keys]
+        assert native.shard_get_many(shards, keys, p) == want
+        assert native.shard_get_many(shards, tuple(keys), p) == want
+        assert native.shard_get_many(shards, iter(keys), p) == want
+        assert native.shard_get_many(shards, [], p) == []
+    with pytest.raises(TypeError, match="unhashable"):
+        native.shard_get_many([{}], [b"a", [1]], 1)
+    with pytest.raises(ValueError, match="p shards"):
+        native.shard_get_many([{}], [b"a"], 2)
+    with pytest.raises(TypeError):
+        native.shard_get_many([{}], 5, 1)
+
+
+def test_memory_tier_get_many_is_compiled_or_python():
+    from ctxcache.tiers.memory import MemoryTier
+
+    fast, slow = MemoryTier(10**6), MemoryTier(10**6)
+    assert fast._gets is native.shard_get_many or not accel.native
+    slow._gets = None
+    for t in (fast, slow):
+        for i in range(50):
+            t.put(bytes([i]) * 16, bytes(i))
+    keys = [bytes([i]) * 16 for i in range(0, 100, 3)]
+    assert fast.get_many(keys) == slow.get_many(keys) == [bytes(i) if i < 50 else None for i in range(0, 100, 3)]

@@ -23,6 +23,7 @@ def walk(
     shards: Sequence[Any] | None,
     get: Callable[[bytes], Any] | None,
 ) -> list[Any]: ...
+def shard_get_many(shards: list[Any], keys: Iterable[Hashable], p: int) -> list[Any]: ...
 def table_prefix(
     keys: bytes,
     lo: np.ndarray,

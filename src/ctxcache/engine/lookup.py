@@ -73,7 +73,7 @@ def lookup(e: Engine, prompt: Prompt) -> Match:
     n_full = prompt.n_blocks
     with e.lock:
         nodes = e.hasher.walk(prompt, shards=e.index.shards)
-        if len(e.expiry):
+        if e.expiry.deadline:  # len(e.expiry), without a Python __len__ call on every lookup
             e.expiry.cut(nodes, e.clock())  # an expired block is a miss
         if e.simple:
             return finish_simple(e, nodes, prompt, n_full)
@@ -165,7 +165,7 @@ def _count(e: Engine, nodes: list[Node], n_full: int, n_tokens: int, tenant: str
 def finish_simple(e: Engine, nodes: list[Node], prompt: Prompt, n_full: int) -> Match:
     """Under the lock, one RAM tier: the lookup hot path, one batch call per step."""
     slot = e.slots[0]
-    keys = prompt.keys(len(nodes))  # hashed by the walk, whose nodes are their prefix: a slice
+    keys = prompt._keys[: len(nodes)]  # hashed by the walk, whose nodes are their prefix: a slice
     payloads = slot.tier.get_many(keys)
     cut = first_missing(payloads)
     if cut < len(payloads):  # unreadable: the prefix ends there
@@ -176,9 +176,12 @@ def finish_simple(e: Engine, nodes: list[Node], prompt: Prompt, n_full: int) -> 
         # One tier: pins only keep blocks in the index, and the deepest pin keeps its whole
         # chain there (ancestors are not leaves).
         e.index.pin(nodes[-1:])
-    hit = _count(e, nodes, n_full, len(prompt), prompt.namespace.tenant)
-    usage = Usage(cache_read_tokens=hit, uncached_tokens=len(prompt) - hit, by_tier={slot.name: hit} if n else {})
-    return Match(hit, n, payloads, usage, prompt.namespace, nodes, _cache=e, _pinned=nodes[-1:])
+    n_tokens = len(prompt.tokens)
+    hit = _count(e, nodes, n_full, n_tokens, prompt.namespace.tenant)
+    # Positional: keywords cost ~330 ns of a ~5 µs one-block lookup. Usage(cache_read, creation,
+    # uncached, by_tier); Match(..., _nodes, released, _pinned, _cache).
+    usage = Usage(hit, 0, n_tokens - hit, {slot.name: hit} if n else {})
+    return Match(hit, n, payloads, usage, prompt.namespace, nodes, False, nodes[-1:], e)
 
 
 def plan(e: Engine, nodes: list[Node]) -> tuple[list[Any], list[int], dict[int, list[int]]]:

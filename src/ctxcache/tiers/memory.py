@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from .. import accel
 from ..codec import Block, Codec
 from ..errors import ConfigError, CorruptBlockError, PayloadError
 from ..payload import check_payload
@@ -76,6 +77,8 @@ class MemoryTier(Tier):
         # usual case is one entry per block (the payload), not two.
         self._data: ShardedDict[Hashable, Any] = ShardedDict(tier_shard)
         self._dshards = self._data.shards
+        # get_many's loop compiled (accel.py), as the hasher chooses its walk: at construction.
+        self._gets = getattr(accel.native, "shard_get_many", None)
         self._sizes: ShardedDict[Hashable, int] = ShardedDict(tier_shard)
         self._common: int | None = None
 
@@ -109,6 +112,8 @@ class MemoryTier(Tier):
     def get_many(self, keys: Iterable[Hashable]) -> list[Any | None]:
         if self.codec is None:
             shards = self._dshards
+            if self._gets is not None:
+                return self._gets(shards, keys, 241)  # type: ignore[no-any-return]
             return [shards[hash(k) % 241].get(k) for k in keys]
         return [self.get(k) for k in keys]
 
