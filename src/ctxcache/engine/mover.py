@@ -90,6 +90,7 @@ class Mover:
         self.buffered = 0
         self.busy = 0  # moves taken off the queue, not yet reported
         self._busy_since: float | None = None  # queued_at of the batch being written
+        self.taken_at = 0.0  # when it was taken: its time so far bounds the pace (engine/write_lag.py)
         self._landing: list[tuple[bytes, Move]] = []  # the batch's writes that have not landed
         self._unreported: list[Move] = []  # the batch's moves (taken) whose report has not run, in order
         for pos, tier in enumerate(self.tiers):
@@ -271,7 +272,7 @@ class Mover:
                 break
             batch.append(self.queue.popleft())
         self.busy += len(batch)
-        self._busy_since = head.queued_at
+        self._busy_since, self.taken_at = head.queued_at, time.monotonic()
         self._unreported = list(batch)  # until each reports (``outstanding``)
         return batch
 
