@@ -43,7 +43,7 @@ class EventsConfig:
     worker: str | None = None  # default: host:port under `serve`, host-pid otherwise
     maxlen: int = 10_000  # stream entries (batches) kept, approximately (MAXLEN ~)
     buffer: int = 10_000  # batches held while Redis is slow or down; more are dropped and counted
-    flush_ms: float = 5.0
+    flush_ms: float = 20.0
     heartbeat_s: float = 1.0
     missed_heartbeats: int = 3
     snapshot_every_s: float = 10.0

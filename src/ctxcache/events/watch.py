@@ -53,8 +53,9 @@ class EngineWatch:
         self.lost = self.recovered = 0
         self._add = emitter._add
         # A store's run of charged keys (``begin``/``end``): the engine thread's, under its lock.
-        self._depth, self._open_pos = 0, 0
-        self._open: list[Hashable] | None = None
+        # The open run: the slot appends a key admitted to tier ``run_pos`` to it itself (Watcher).
+        self._depth, self.run_pos = 0, 0
+        self.run: list[Hashable] | None = None
         self._chains = False  # "c" records only where ``runs`` reads them (not with token ids)
 
     def attach(self) -> None:
@@ -90,10 +91,10 @@ class EngineWatch:
         lookups were ~1 µs a block of cache misses). Nothing left since the keys were charged (a
         removal closes the run first), so the values are the same; a key removed before the flush
         has an "x" record after the run, and ``stored_run`` looks that one up at flush as before."""
-        run = self._open
+        run = self.run
         if run is not None:
-            self._open = None
-            pos = self._open_pos
+            self.run = None
+            pos = self.run_pos
             nodes, owners = self.e.index.shards, self.e.slots[pos].owners.shards
             native = accel.native
             if native is not None:
@@ -107,8 +108,8 @@ class EngineWatch:
             self._add(("c", pos, run, parents, sizes))
 
     def admitted(self, pos: int, key: Hashable) -> None:
-        run = self._open
-        if run is not None and pos == self._open_pos:  # the hot path: a run is never a slow tier's
+        run = self.run
+        if run is not None and pos == self.run_pos:  # the hot path: a run is never a slow tier's
             run.append(key)
             return
         slow = self.slow[pos]
@@ -119,19 +120,19 @@ class EngineWatch:
         if run is not None:
             self._close()
         if self._depth and self._chains and not slow:
-            self._open, self._open_pos = [key], pos
+            self.run, self.run_pos = [key], pos
             return
         self._add(("a", pos, key))
 
     def landed(self, pos: int, key: Hashable) -> None:
         if key not in self.e.slots[pos].owners:
             return  # it left while its write was queued (erased, evicted): its removal was announced then
-        if self._open is not None:
+        if self.run is not None:
             self._close()
         self._add(("a", pos, key))
 
     def left(self, pos: int, key: Hashable) -> None:
-        if self._open is not None:
+        if self.run is not None:
             self._close()
         reason = cast(RemoveReason, self.e.leaving) if self.e.leaving else self._reason(pos, key)
         self._add(("x", pos, key, reason))
