@@ -166,6 +166,10 @@ class Emitter:
         # The engine thread rings for a batch's first record. A C queue, not a threading.Event: an
         # Event's set and wait run Python code (a Condition) on both threads, for every batch.
         self._bell: queue.SimpleQueue[None] = queue.SimpleQueue()
+        # While records keep coming the thread sleeps flush_s between batches and nobody rings: a
+        # ring and the sleep after it were two wake-ups a batch, each a GIL hand-off with a busy
+        # request thread (~100 µs of CPU a batch between them).
+        self._polling = False
         self._stop = threading.Event()
         self._last = time.monotonic()
         self._thread: threading.Thread | None = None
@@ -186,7 +190,7 @@ class Emitter:
         q = self._records
         q.append(rec)
         n = len(q)
-        if n == 1 or n == MAX_RECORDS:  # the first record starts a batch's flush_s; a full one flushes now
+        if (n == 1 and not self._polling) or n == MAX_RECORDS:  # the first record starts a batch's flush_s
             self._bell.put(None)
 
     # --- the thread ----------------------------------------------------------------------------------
@@ -222,20 +226,29 @@ class Emitter:
         # Idle, the thread wakes only for ticks and heartbeats (IDLE_S); a first record wakes it,
         # and its batch goes out flush_s later with whatever followed.
         while not self._stop.is_set():
-            try:
-                self._bell.get(timeout=min(IDLE_S, self.heartbeat_s))
-                if len(self._records) < MAX_RECORDS and not self._stop.is_set():
-                    time.sleep(self.flush_s)
-            except queue.Empty:
-                pass
+            if self._polling:
+                time.sleep(self.flush_s)
+            else:
+                try:
+                    self._bell.get(timeout=min(IDLE_S, self.heartbeat_s))
+                    if len(self._records) < MAX_RECORDS and not self._stop.is_set():
+                        time.sleep(self.flush_s)
+                except queue.Empty:
+                    pass
             for tick in self.ticks:
                 try:
                     tick()
                 except Exception:  # noqa: BLE001 - a failing probe must not end the events
                     log.exception("events: tick failed")
-            if not self.flush() and time.monotonic() - self._last >= self.heartbeat_s:
-                self.emit(Heartbeat())
-                self.flush()
+            sent = self.flush()
+            # Back to the bell after an empty round; a record that came before this line was
+            # appended without a ring, so it is looked for after it (it keeps the polling on).
+            self._polling = bool(sent)
+            if not sent:
+                self._polling = bool(self._records)
+                if time.monotonic() - self._last >= self.heartbeat_s:
+                    self.emit(Heartbeat())
+                    self.flush()
 
     def close(self) -> None:
         self._stop.set()
