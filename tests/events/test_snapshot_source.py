@@ -8,8 +8,11 @@ from __future__ import annotations
 import random
 import time
 
+import redis
+
 from ctxcache.cache import ContextCache
 from ctxcache.events import ListSink, WorkerView
+from ctxcache.events.consumer import Consumer
 from ctxcache.events.runtime import start_events
 
 BS = 4
@@ -77,20 +80,43 @@ def test_a_snapshot_plus_the_later_batches_is_what_a_follower_holds(redis_url, t
 
 
 def test_a_restart_announces_what_the_persistent_tier_holds(redis_url, tmp_path):
+    """A worker restarted on its disk tier: a consumer following its stream forgets the old epoch
+    and then learns the disk's blocks from the start announcement, as a snapshot reader would."""
+
     def make() -> ContextCache:
         disk = {"kind": "disk", "path": str(tmp_path), "capacity": "1MiB", "fsync": False}
         return ContextCache.from_config({"block_size": BS, "tiers": [{"kind": "memory", "capacity": "1MiB"}, disk]})
 
-    first = make()
-    toks = list(range(100, 100 + 6 * BS))
-    first.store(toks, [bytes([j]) * 64 for j in range(6)])
-    first.close()  # spills RAM to disk
-    cache = make()
-    rt, sink = _start(cache, redis_url, "again")
-    time.sleep(0.1)
-    rt.emitter.flush()
-    keys = set(cache.hasher.keys(toks, cache.namespace()))
-    assert _present(_follow(sink.batches).tiers) == _present(rt.watch.held())
-    assert _present(_follow(sink.batches).tiers).get("disk") == keys
-    rt.close()
-    cache.close()
+    watcher = Consumer(redis.Redis.from_url(redis_url, socket_timeout=1), prefix="again:ev:", heartbeat_s=0.5)
+    watcher.start()
+    try:
+        first = make()
+        rt, _ = _start(first, redis_url, "again")
+        toks = list(range(100, 100 + 6 * BS))
+        first.store(toks, [bytes([j]) * 64 for j in range(6)])
+        keys = set(first.hasher.keys(toks, first.namespace()))
+        _until(lambda: _tiers(watcher).get("memory") == keys)
+        old_epoch = watcher.workers["again"].epoch
+        rt.close()
+        first.close()  # spills RAM to disk
+        cache = make()
+        rt, sink = _start(cache, redis_url, "again")
+        _until(lambda: watcher.workers["again"].epoch != old_epoch and _tiers(watcher) == {"disk": keys})
+        rt.emitter.flush()
+        assert _present(_follow(sink.batches).tiers) == _present(rt.watch.held()) == {"disk": keys}
+        rt.close()
+        cache.close()
+    finally:
+        watcher.stop()
+
+
+def _tiers(watcher: Consumer) -> dict[str, set[bytes]]:
+    view = watcher.workers.get("again")
+    return {} if view is None else _present(view.tiers)
+
+
+def _until(cond, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
