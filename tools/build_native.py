@@ -40,6 +40,8 @@ def sources() -> tuple[list[Path], list[str]]:
         SRC / "ctxcache_events.c",
         SRC / "ctxcache_encode.c",
         SRC / "ctxcache_order.c",
+        SRC / "ctxcache_blocks.c",
+        SRC / "ctxcache_blocks_py.c",
         *(BLAKE3 / f for f in ("blake3.c", "blake3_dispatch.c", "blake3_portable.c")),
     ]
     machine = platform.machine().lower()
