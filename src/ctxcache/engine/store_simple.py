@@ -60,16 +60,15 @@ def store(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int =
         if watch is not None:  # as the general path: the chain's keys in one record
             watch.begin()
         try:
-            insert, buf, stride = e.index.insert, prompt.buf, e.hasher._stride
-            parent = keys[new - 1] if new else ns.root
-            for i in range(new, n):
-                key, j = keys[i], i - first_block
-                insert(key, parent, buf[i * stride : (i + 1) * stride], i, tenant)
-                tier.put_measured(key, payloads[j], sizes[j])
-                top.charge(key, tenant, sizes[j])
-                parent = key
-            for i in range(n - 1, new - 1, -1):  # deepest first, as admit_chain
-                top.admit(keys[i], sizes[i - first_block], tenant)
+            buf, stride = prompt.buf, e.hasher._stride
+            if n - new == 1:  # one new block (the loops below, unrolled: ~0.2 µs)
+                key, size = keys[new], sizes[new - first_block]
+                e.index.insert(key, keys[new - 1] if new else ns.root, buf[new * stride : n * stride], new, tenant)
+                tier.put_measured(key, payloads[new - first_block], size)
+                top.charge(key, tenant, size)
+                top.admit(key, size, tenant)
+            else:
+                _insert_chain(e, prompt, keys, payloads, sizes, first_block, new)
             if e.tenancy is not None:
                 _refresh(e, keys, tenant)
             counted(e, n - new)
@@ -80,6 +79,25 @@ def store(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int =
                 watch.end()
     created = (n - new) * e.block_size
     return Usage(0, created, 0, {top.name: created} if created else {})  # positional: as finish_simple
+
+
+def _insert_chain(
+    e: Engine, prompt: Prompt, keys: list[bytes], payloads: Sequence[Any], sizes: list[int], first_block: int, new: int
+) -> None:
+    """Blocks ``new``.. indexed, put and charged in chain order, then admitted deepest first (as
+    ``store._place`` and ``admit_chain``: the quota sees the chain at once, ancestors stay newer)."""
+    top, tenant, n = e.slots[0], prompt.namespace.tenant, prompt.n_blocks
+    tier: MemoryTier = top.tier  # type: ignore[assignment]
+    insert, buf, stride = e.index.insert, prompt.buf, e.hasher._stride
+    parent = keys[new - 1] if new else prompt.namespace.root
+    for i in range(new, n):
+        key, j = keys[i], i - first_block
+        insert(key, parent, buf[i * stride : (i + 1) * stride], i, tenant)
+        tier.put_measured(key, payloads[j], sizes[j])
+        top.charge(key, tenant, sizes[j])
+        parent = key
+    for i in range(n - 1, new - 1, -1):
+        top.admit(keys[i], sizes[i - first_block], tenant)
 
 
 def _new_from(e: Engine, prompt: Prompt, keys: list[bytes], first_block: int, sizes: list[int], tenant: str) -> int:
