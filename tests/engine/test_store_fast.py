@@ -374,4 +374,3 @@ def test_fast_store_does_what_the_general_store_does(
 ) -> None:
     run(Pair(seed, policy, capacity, tenancy, watch, weak))
     assert counting["stores"] > counting["handed"] > 0  # both roads taken
-
