@@ -44,6 +44,7 @@ TYPE_ONLY_CIRCLES = [
         "ctxcache.engine.mover",
         "ctxcache.engine.placement",
         "ctxcache.engine.store",
+        "ctxcache.engine.store_simple",
         "ctxcache.engine.through",
         "ctxcache.engine.tombstones",
         "ctxcache.engine.ttl",

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -212,13 +214,19 @@ def test_prompt_keys_are_hashed_once_and_shared_with_prefixes(monkeypatch):
     full = h.keys(list(range(20)), ns)
     assert p.keys(2) == full[:2] and p.keys(99) == full and p.keys(0) == []
     hashed: list[int] = []
-    stream = h._stream
+    stream, native = h._stream, h._native
 
     def counting(buf, ns, parent, start, stop):
         hashed.append(stop - start)
         return stream(buf, ns, parent, start, stop)
 
+    def counting_chain(buf, stride, start, stop, *rest):  # Prompt.keys calls the compiled chain itself
+        hashed.append(stop - start)
+        return native.chain(buf, stride, start, stop, *rest)
+
     monkeypatch.setattr(h, "_stream", counting)
+    if native is not None:
+        monkeypatch.setattr(h, "_native", SimpleNamespace(chain=counting_chain, token_bytes=native.token_bytes))
     q = p.prefix(12)
     assert q.keys() == full[:3] and q.keys(1) == full[:1]
     assert p.extend([1, 2, 3, 4]).keys()[:5] == full

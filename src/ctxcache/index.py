@@ -68,6 +68,11 @@ class RadixIndex:
         """
         self._watchers.append(fn)
 
+    @property
+    def watched(self) -> bool:
+        """Whether anything is told of the evictable set's changes (``watch``)."""
+        return bool(self._watchers)
+
     def _became(self, key: Hashable, evictable: bool) -> None:
         for fn in self._watchers:
             fn(key, evictable)

@@ -287,11 +287,16 @@ class Prompt:
     def keys(self, n: int | None = None) -> list[bytes]:
         """Keys of the first ``n`` full blocks (all by default), hashing only those not known yet."""
         n = self.n_blocks if n is None else min(n, self.n_blocks)
-        have = len(self._keys)
+        keys = self._keys
+        have = len(keys)
         if have < n:
-            parent = self._keys[-1] if have else self.namespace.root
-            self._keys.extend(self._hasher._stream(self.buf, self.namespace, parent, have, n))
-        return self._keys[:n]
+            h, ns = self._hasher, self.namespace
+            parent = keys[-1] if have else ns.root
+            if h._native is not None:  # h._stream, inlined: ~0.3 µs of a ~7 µs one-block store
+                keys.extend(h._native.chain(self.buf, h._stride, have, n, parent, ns.secret, h._kind))
+            else:
+                keys.extend(h._stream(self.buf, ns, parent, have, n))
+        return keys[:n]
 
     def block(self, i: int) -> bytes:
         """Token bytes of full block ``i``."""

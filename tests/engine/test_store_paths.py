@@ -7,6 +7,7 @@ import pytest
 
 from ctxcache import ContextCache
 from ctxcache.engine.tenancy import PinnedQuotaError
+from ctxcache.errors import PayloadError
 
 from .tenancy_util import BS, ask, cache_with, payloads, prompt_of, tier_of
 
@@ -30,3 +31,14 @@ def test_the_pinned_cap_refusal_gives_the_tenants_own_bytes(tmp_path):
     ask(cache, "s1", prompt_of(1))  # 4 blocks
     with pytest.raises(PinnedQuotaError, match=rf"storing {3 * BLOCK} B more \(it holds {4 * BLOCK} B\)"):
         ask(cache, "s1", prompt_of(2, n_blocks=3))
+
+
+@pytest.mark.parametrize("tier", ["memory", "memory-warm", "disk"])
+def test_a_payload_the_tier_refuses_stores_nothing(tmp_path, tier):
+    """Refused while measuring, before the lock. A hot memory tier used to measure a str and
+    refuse it in ``put``, under the lock: its block stayed indexed with no payload, uncharged."""
+    cache = ContextCache([tier_of(tier, tmp_path)], block_size=BS)
+    with pytest.raises(PayloadError, match="cannot encode a payload of type str"):
+        cache.store(prompt_of(1, 2), [b"kv", "str"], "default", 0)
+    assert len(cache.index) == 0 and len(cache.tiers[0]) == 0 and cache.stats()["stores"] == 0
+    cache.close()

@@ -18,12 +18,14 @@ from typing import Any, Unpack
 from ..index import RadixIndex
 from ..keys import BlockHasher, Namespace, Prompt, Tokens
 from ..tiers import Tier
+from ..tiers.memory import MemoryTier
 from ..usage import Usage
 from . import erasure as _erasure
 from . import invalidation as _invalidation
 from . import lifecycle as _lifecycle
 from . import lookup as _lookup
 from . import store as _store
+from . import store_simple as _store_simple
 from . import tombstones as _tombstones
 from . import ttl as _ttl
 from .bandwidth import TokenBucket
@@ -92,6 +94,10 @@ class Engine:
         path = options.get("erasure_journal")
         self.journal = self.placement.mover.journal = None if path is None else ErasureJournal(path)
         self._open_stored()
+        # The store's fast path (store_simple.py): a plain hot MemoryTier (not a subclass: FakeTier
+        # logs its calls) and no policy that watches the index (each pin would tell it). Policies
+        # attach in ``_open_stored`` only. Tests switch it off to compare the paths.
+        self.fast_store = self.simple and type(self.tiers[0]) is MemoryTier and not self.index.watched
 
     def _open_stored(self) -> None:
         """At start: what persistent tiers hold becomes evictable orphans, but what a tombstone or the
@@ -198,7 +204,10 @@ class Engine:
         self, tokens: Tokens | Prompt, payloads: Sequence[Any], namespace: str | Namespace, first_block: int
     ) -> Usage:
         if not isinstance(tokens, Prompt):  # self.prompt, inlined as in lookup
-            tokens = self.hasher.prompt(tokens, self.namespace(namespace))
+            ns = self._namespaces.get((namespace, None)) if namespace.__class__ is str else None
+            tokens = self.hasher.prompt(tokens, self.namespace(namespace) if ns is None else ns)
+        if self.fast_store:
+            return _store_simple.store(self, tokens, payloads, first_block)
         return _store.store(self, tokens, payloads, first_block)
 
     # --- maintenance --------------------------------------------------------------------------------

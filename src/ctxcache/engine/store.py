@@ -33,6 +33,15 @@ def store(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int =
     keys = prompt.keys()
     blobs = _encode(e, prompt, payloads, first_block)
     sizes = _measure(e, payloads, blobs, first_block)
+    return place_chain(e, prompt, keys, payloads, blobs, sizes, first_block)
+
+
+def place_chain(
+    e: Engine, prompt: Prompt, keys: list[bytes], payloads: Sequence[Any], blobs: list[bytes | None],
+    sizes: list[int], first_block: int,
+) -> Usage:  # fmt: skip
+    """The store once its payloads are measured (and encoded): every configuration's path, and
+    where the fast one (store_simple.py) hands over what it does not cover."""
     top, pl, tenant = e.slots[0], e.placement, prompt.namespace.tenant
     with e.lock:
         _check_pinned(e, tenant, sizes)
@@ -41,16 +50,18 @@ def store(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int =
             watch.begin()
         try:
             got = _place(e, prompt, keys, payloads, blobs, sizes, first_block)
-            e.counters.stores += 1  # also when its parent block is gone (ctxcache_stores_total, seed 309031)
             if got is None:
+                counted(e, 0)  # a store also when its parent block is gone (ctxcache_stores_total, seed 309031)
                 return Usage()
             placed, walked = got
-            size_of: dict[Hashable, int] = dict(zip(keys[first_block:], sizes))
-            top.admit_chain([n.key for n in reversed(placed)], [size_of[n.key] for n in reversed(placed)], tenant)
+            deepest_first = placed[::-1]  # a placed block's depth is its place in the chain
+            top.admit_chain(
+                [n.key for n in deepest_first], [sizes[n.depth - first_block] for n in deepest_first], tenant
+            )
             _refresh(e, keys[:walked], tenant)
             if e.through and placed:  # before drain: a block it demotes finds its copy queued
                 copy_down(pl, e.through, placed, payloads, blobs, first_block, tenant)
-            e.counters.stored_blocks += len(placed)
+            counted(e, len(placed))
             pl.drain()
         finally:
             if watch is not None:
@@ -62,6 +73,13 @@ def store(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int =
         write_lag.wait(e)  # what a SIGKILL can lose: at most write_lag seconds of stores
     created = len(placed) * e.block_size
     return Usage(cache_creation_tokens=created, by_tier={top.name: created} if created else {})
+
+
+def counted(e: Engine, placed: int) -> None:
+    """The one place a store is counted, on either path: one store, ``placed`` blocks new or repaired."""
+    c = e.counters
+    c.stores += 1
+    c.stored_blocks += placed
 
 
 def _check_pinned(e: Engine, tenant: str, sizes: list[int]) -> None:
@@ -117,13 +135,18 @@ def _measure(e: Engine, payloads: Sequence[Any], blobs: list[bytes | None], firs
     """Measure all first: a bad payload, or one larger than the top tier, stores nothing."""
     top = e.slots[0]
     sizes = [len(b) if b is not None else top.tier.size_of(p) for b, p in zip(blobs, payloads)]
-    for i, s in enumerate(sizes):
-        if s > top.capacity:
-            raise PayloadError(
-                f"block {first_block + i} is {s} B, larger than tier '{top.name}' capacity "
-                f"{top.capacity} B: the capacity is smaller than one block"
-            )
+    fits(top.capacity, top.name, sizes, first_block)
     return sizes
+
+
+def fits(capacity: int, name: str, sizes: list[int], first_block: int) -> None:
+    """A block larger than the whole top tier is a bad payload, refused before anything is stored."""
+    for i, s in enumerate(sizes):
+        if s > capacity:
+            raise PayloadError(
+                f"block {first_block + i} is {s} B, larger than tier '{name}' capacity "
+                f"{capacity} B: the capacity is smaller than one block"
+            )
 
 
 def _place(

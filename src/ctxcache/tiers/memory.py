@@ -84,7 +84,11 @@ class MemoryTier(Tier):
 
     def size_of(self, payload: Any) -> int:
         if self.codec is None:
-            return payload_nbytes(payload)
+            # Checked here too, not only in ``put``: a store measures before it takes the lock, so a
+            # payload ``put`` would refuse stores nothing (it left an indexed block with no payload).
+            size = payload_nbytes(payload)
+            check_payload(payload)
+            return size
         return self.codec.encoded_size(payload, 16, self.token_bytes)
 
     def nbytes(self, key: Hashable) -> int:
@@ -157,6 +161,10 @@ class MemoryTier(Tier):
         if size != self._common:
             sizes[key] = size
         return size
+
+    # ``put`` of a payload ``size_of`` took (checked; ``size`` bytes), in hot mode: the store's fast
+    # path (engine/store_simple.py) measures once, not twice, and makes one call, not two.
+    put_measured = _store
 
     def delete(self, key: Hashable) -> bool:
         h = hash(key) % 241
