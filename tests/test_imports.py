@@ -41,6 +41,7 @@ TYPE_ONLY_CIRCLES = [
         "ctxcache.engine.invalidation",
         "ctxcache.engine.lifecycle",
         "ctxcache.engine.lookup",
+        "ctxcache.engine.lookup_simple",
         "ctxcache.engine.mover",
         "ctxcache.engine.placement",
         "ctxcache.engine.store",

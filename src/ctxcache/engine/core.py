@@ -24,6 +24,7 @@ from . import erasure as _erasure
 from . import invalidation as _invalidation
 from . import lifecycle as _lifecycle
 from . import lookup as _lookup
+from . import lookup_simple as _lookup_simple
 from . import store as _store
 from . import store_simple as _store_simple
 from . import tombstones as _tombstones
@@ -98,6 +99,8 @@ class Engine:
         # logs its calls) and no policy that watches the index (each pin would tell it). Policies
         # attach in ``_open_stored`` only. Tests switch it off to compare the paths.
         self.fast_store = self.simple and type(self.tiers[0]) is MemoryTier and not self.index.watched
+        # The lookup's (lookup_simple.py) on the same terms; also the release's single unpin in line.
+        self.fast_lookup = self.fast_store
 
     def _open_stored(self) -> None:
         """At start: what persistent tiers hold becomes evictable orphans, but what a tombstone or the
@@ -189,16 +192,23 @@ class Engine:
         return self.hasher.prompt(tokens, self.namespace(namespace, cache_salt))
 
     def lookup(self, tokens: Tokens | Prompt, namespace: str | Namespace = "default") -> Match:
+        if self.fast_lookup:
+            return _lookup_simple.lookup(self, tokens, namespace)
         if not isinstance(tokens, Prompt):  # self.prompt, inlined: a one-block lookup is ~6 µs in all
             tokens = self.hasher.prompt(tokens, self.namespace(namespace))
         return _lookup.lookup(self, tokens)
 
     def release(self, match: Match) -> None:
+        pinned = match._pinned
         with self.lock:
-            self.index.unpin(match._pinned)
+            if self.fast_lookup and len(pinned) == 1 and pinned[0].pins > 0:
+                pinned[0].pins -= 1  # index.unpin of one node when nothing watches the index
+            else:
+                self.index.unpin(pinned)  # raises for a block not pinned
             match.released = True
-            if match._nodes and match._nodes[-1].tier == LOST:
-                self.placement.prune(match._nodes[-1].key)
+            nodes = match._nodes
+            if nodes and nodes[-1].tier == LOST:
+                self.placement.prune(nodes[-1].key)
 
     def store(
         self, tokens: Tokens | Prompt, payloads: Sequence[Any], namespace: str | Namespace, first_block: int

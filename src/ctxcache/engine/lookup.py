@@ -76,7 +76,7 @@ def lookup(e: Engine, prompt: Prompt) -> Match:
         if e.expiry.deadline:  # len(e.expiry), without a Python __len__ call on every lookup
             e.expiry.cut(nodes, e.clock())  # an expired block is a miss
         if e.simple:
-            return finish_simple(e, nodes, prompt, n_full)
+            return finish_simple(e, nodes, prompt._keys, n_full, len(prompt.tokens), prompt.namespace)
         payloads, src, reads = plan(e, nodes)
         if not reads and not (e.placement.persistent and len(nodes) < n_full):
             return finish(e, nodes, payloads, src, prompt, resolved=False)
@@ -162,10 +162,11 @@ def _count(e: Engine, nodes: list[Node], n_full: int, n_tokens: int, tenant: str
     return hit
 
 
-def finish_simple(e: Engine, nodes: list[Node], prompt: Prompt, n_full: int) -> Match:
-    """Under the lock, one RAM tier: the lookup hot path, one batch call per step."""
+def finish_simple(e: Engine, nodes: list[Node], keys: list[bytes], n_full: int, n_tokens: int, ns: Namespace) -> Match:
+    """Under the lock, one RAM tier: the lookup hot path, one batch call per step. ``keys``: the
+    prompt's, hashed by the walk (its nodes are their prefix)."""
     slot = e.slots[0]
-    keys = prompt._keys[: len(nodes)]  # hashed by the walk, whose nodes are their prefix: a slice
+    keys = keys[: len(nodes)]
     payloads = slot.tier.get_many(keys)
     cut = first_missing(payloads)
     if cut < len(payloads):  # unreadable: the prefix ends there
@@ -176,12 +177,11 @@ def finish_simple(e: Engine, nodes: list[Node], prompt: Prompt, n_full: int) -> 
         # One tier: pins only keep blocks in the index, and the deepest pin keeps its whole
         # chain there (ancestors are not leaves).
         e.index.pin(nodes[-1:])
-    n_tokens = len(prompt.tokens)
-    hit = _count(e, nodes, n_full, n_tokens, prompt.namespace.tenant)
+    hit = _count(e, nodes, n_full, n_tokens, ns.tenant)
     # Positional: keywords cost ~330 ns of a ~5 µs one-block lookup. Usage(cache_read, creation,
     # uncached, by_tier); Match(..., _nodes, released, _pinned, _cache).
     usage = Usage(hit, 0, n_tokens - hit, {slot.name: hit} if n else {})
-    return Match(hit, n, payloads, usage, prompt.namespace, nodes, False, nodes[-1:], e)
+    return Match(hit, n, payloads, usage, ns, nodes, False, nodes[-1:], e)
 
 
 def plan(e: Engine, nodes: list[Node]) -> tuple[list[Any], list[int], dict[int, list[int]]]:
