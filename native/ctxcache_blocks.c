@@ -42,43 +42,6 @@ uint32_t bt_find(const BlockTable *t, const char *key, uint64_t h, BShard **sh, 
     }
 }
 
-static void put_cell(BShard *sh, uint64_t cell) {
-    uint32_t i = (uint32_t)(cell >> 32) & sh->mask;
-    while (sh->cells[i]) i = (i + 1) & sh->mask;
-    sh->cells[i] = cell;
-}
-
-static int grow_shard(BShard *sh) {
-    uint64_t cap = sh->cells ? ((uint64_t)sh->mask + 1) * 2 : 8;
-    if (cap > ((uint64_t)1 << 31)) return -1; /* a mask must fit 32 bits */
-    uint64_t *old = sh->cells, *cells = PyMem_Calloc((size_t)cap, sizeof(uint64_t));
-    if (cells == NULL) return -1;
-    uint32_t oldcap = old ? sh->mask + 1 : 0;
-    sh->cells = cells;
-    sh->mask = (uint32_t)(cap - 1);
-    for (uint32_t i = 0; i < oldcap; i++)
-        if (old[i]) put_cell(sh, old[i]);
-    PyMem_Free(old);
-    return 0;
-}
-
-/* Backward shift: later cells of the run move up unless already at or past their home. */
-static void del_cell(BShard *sh, uint32_t i) {
-    uint32_t j = i;
-    for (;;) {
-        j = (j + 1) & sh->mask;
-        uint64_t c = sh->cells[j];
-        if (c == 0) break;
-        uint32_t home = (uint32_t)(c >> 32) & sh->mask;
-        if (((j - home) & sh->mask) >= ((j - i) & sh->mask)) {
-            sh->cells[i] = c;
-            i = j;
-        }
-    }
-    sh->cells[i] = 0;
-    sh->count--;
-}
-
 /* A slot for a new block (the last freed first, else the next never used), or BT_NIL with
  * MemoryError set. */
 static uint32_t alloc_slot(BlockTable *t) {
@@ -134,7 +97,7 @@ void bt_lru_back(BlockTable *t, uint32_t s) {
 uint32_t bt_add(BlockTable *t, BShard *sh, uint64_t h, const char *key, uint32_t parent, const char *tokens,
                 uint32_t depth, uint32_t tag) {
     uint64_t cap = sh->cells ? (uint64_t)sh->mask + 1 : 0;
-    if (((uint64_t)sh->count + 1) * 4 > cap * 3 && grow_shard(sh) < 0) return PyErr_NoMemory(), BT_NIL;
+    if (((uint64_t)sh->count + 1) * 4 > cap * 3 && cell_grow(sh) < 0) return PyErr_NoMemory(), BT_NIL;
     uint32_t s = alloc_slot(t);
     if (s == BT_NIL) return BT_NIL;
     BRec *r = bt_rec(t, s);
@@ -142,7 +105,7 @@ uint32_t bt_add(BlockTable *t, BShard *sh, uint64_t h, const char *key, uint32_t
     memcpy(bt_key(t, s), key, t->key_width);
     memcpy(bt_tokens(t, s), tokens, t->token_bytes);
     lru_link_back(t, s);
-    put_cell(sh, (uint64_t)(uint32_t)h << 32 | ((uint64_t)s + 1));
+    cell_put(sh, (uint64_t)(uint32_t)h << 32 | ((uint64_t)s + 1));
     sh->count++;
     t->n++;
     if (parent < BT_ROOT) bt_rec(t, parent)->children++;
@@ -154,7 +117,7 @@ void bt_drop(BlockTable *t, BShard *sh, uint32_t cell) {
     uint32_t s = (uint32_t)sh->cells[cell] - 1;
     BRec *r = bt_rec(t, s);
     lru_unlink(t, s);
-    del_cell(sh, cell);
+    cell_del(sh, cell);
     if (r->parent < BT_ROOT) bt_rec(t, r->parent)->children--;
     else if (r->parent != BT_NIL) bt_root_release(t, r->parent & ~BT_ROOT);
     r->live = 0;

@@ -6,6 +6,8 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include "ctxcache_cells.h"
 #include <stdint.h>
 
 #define BT_SHARD_BITS 10
@@ -23,10 +25,7 @@ typedef struct {
     uint8_t tier, live;
 } BRec; /* 32 bytes: the key and tokens live in the page's arenas, not here */
 
-typedef struct {
-    uint64_t *cells; /* 0: empty; else (low 32 bits of the key's hash) << 32 | (slot + 1) */
-    uint32_t mask, count;
-} BShard;
+typedef CellShard BShard; /* ctxcache_cells.h */
 
 typedef struct {
     PyObject_HEAD

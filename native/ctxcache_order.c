@@ -19,6 +19,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include "ctxcache_cells.h"
 #include <stdint.h>
 #include <string.h>
 
@@ -34,10 +36,7 @@ typedef struct {
     uint32_t prev, next; /* a free slot: next is the next free one */
 } Entry;
 
-typedef struct {
-    uint64_t *cells; /* 0: empty; else (low 32 bits of the mixed hash) << 32 | (slot + 1) */
-    uint32_t mask, count;
-} Shard;
+typedef CellShard Shard; /* ctxcache_cells.h; the hash is the mixed one */
 
 typedef struct {
     PyObject_HEAD
@@ -87,42 +86,6 @@ static Py_ssize_t find(Order *o, PyObject *key, Py_hash_t hash, Shard **sh_out) 
     }
 }
 
-static void put_cell(Shard *sh, uint64_t cell) {
-    uint32_t i = (uint32_t)(cell >> 32) & sh->mask;
-    while (sh->cells[i]) i = (i + 1) & sh->mask;
-    sh->cells[i] = cell;
-}
-
-static int grow_shard(Shard *sh) {
-    uint32_t cap = sh->cells ? (sh->mask + 1) * 2 : 8;
-    uint64_t *old = sh->cells, *cells = PyMem_Calloc(cap, sizeof(uint64_t));
-    if (cells == NULL) return -1;
-    uint32_t oldcap = old ? sh->mask + 1 : 0;
-    sh->cells = cells;
-    sh->mask = cap - 1;
-    for (uint32_t i = 0; i < oldcap; i++)
-        if (old[i]) put_cell(sh, old[i]);
-    PyMem_Free(old);
-    return 0;
-}
-
-/* Delete cell i by backward shift: later cells of the run move up unless already at or past home. */
-static void del_cell(Shard *sh, uint32_t i) {
-    uint32_t j = i;
-    for (;;) {
-        j = (j + 1) & sh->mask;
-        uint64_t c = sh->cells[j];
-        if (c == 0) break;
-        uint32_t home = (uint32_t)(c >> 32) & sh->mask;
-        if (((j - home) & sh->mask) >= ((j - i) & sh->mask)) {
-            sh->cells[i] = c;
-            i = j;
-        }
-    }
-    sh->cells[i] = 0;
-    sh->count--;
-}
-
 static uint32_t alloc_slot(Order *o) {
     if (o->free != NIL) {
         uint32_t s = o->free;
@@ -168,7 +131,7 @@ static PyObject *drop(Order *o, Shard *sh, uint32_t i) {
     Entry *e = E(o, s);
     PyObject *key = e->key;
     unlink_slot(o, s);
-    del_cell(sh, i);
+    cell_del(sh, i);
     e->key = NULL;
     e->next = o->free;
     o->free = s;
@@ -210,7 +173,7 @@ static PyObject *on_insert(Order *o, PyObject *key) {
     Py_ssize_t i;
     if (lookup(o, key, &hash, &sh, &i) < 0) return NULL;
     if (i >= 0) Py_RETURN_NONE; /* already resident: it keeps its place */
-    if ((sh->count + 1) * 4 > (sh->cells ? sh->mask + 1 : 0) * 3 && grow_shard(sh) < 0) return PyErr_NoMemory();
+    if ((sh->count + 1) * 4 > (sh->cells ? sh->mask + 1 : 0) * 3 && cell_grow(sh) < 0) return PyErr_NoMemory();
     uint32_t s = alloc_slot(o);
     if (s == NIL) return PyErr_NoMemory();
     Entry *e = E(o, s);
@@ -218,7 +181,7 @@ static PyObject *on_insert(Order *o, PyObject *key) {
     e->key = key;
     e->hash = hash;
     link_back(o, s);
-    put_cell(sh, (uint64_t)(uint32_t)mix(hash) << 32 | ((uint64_t)s + 1));
+    cell_put(sh, (uint64_t)(uint32_t)mix(hash) << 32 | ((uint64_t)s + 1));
     sh->count++;
     o->n++;
     o->version++;
