@@ -16,7 +16,7 @@
 #include <Python.h>
 #include <structmember.h>
 
-static PyObject *s_parent, *s_depth, *s_a, *s_c;
+static PyObject *s_parent, *s_depth, *s_a, *s_c, *s_k;
 
 static Py_ssize_t pymod(Py_hash_t h, Py_ssize_t m) { /* Python's %: the divisor's sign */
     Py_ssize_t r = (Py_ssize_t)(h % m);
@@ -177,9 +177,22 @@ static int block(PyObject *key, PyObject *nodes, PyObject *owners, PyObject **pa
 static int kind_of(PyObject *rec, long pos) {
     if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) < 3) return 0;
     PyObject *k = PyTuple_GET_ITEM(rec, 0);
-    int kind = k == s_a ? 'a' : k == s_c ? 'c' : 0;
+    int kind = k == s_a ? 'a' : k == s_c ? 'c' : k == s_k ? 'k' : 0;
     if (!kind && PyUnicode_Check(k)) {
-        kind = PyUnicode_CompareWithASCIIString(k, "a") == 0 ? 'a' : PyUnicode_CompareWithASCIIString(k, "c") == 0 ? 'c' : 0;
+        kind = PyUnicode_CompareWithASCIIString(k, "a") == 0   ? 'a'
+               : PyUnicode_CompareWithASCIIString(k, "c") == 0 ? 'c'
+               : PyUnicode_CompareWithASCIIString(k, "k") == 0 ? 'k'
+                                                               : 0;
+    }
+    if (kind == 'k') { /* ("k", pos, keys joined, width, parent, size): EngineWatch.chain */
+        if (PyTuple_GET_SIZE(rec) != 6 || !PyBytes_CheckExact(PyTuple_GET_ITEM(rec, 2)) ||
+            !PyLong_CheckExact(PyTuple_GET_ITEM(rec, 3)) || !PyLong_Check(PyTuple_GET_ITEM(rec, 5)))
+            return 0;
+        Py_ssize_t w = PyLong_AsSsize_t(PyTuple_GET_ITEM(rec, 3));
+        if (w <= 0 || PyBytes_GET_SIZE(PyTuple_GET_ITEM(rec, 2)) % w != 0) {
+            PyErr_Clear();
+            return 0;
+        }
     }
     if (!kind || (kind == 'c' && !PyList_Check(PyTuple_GET_ITEM(rec, 2)))) return 0;
     if (kind == 'c' && PyTuple_GET_SIZE(rec) >= 5) { /* captured: parents and sizes, one each per key */
@@ -293,6 +306,29 @@ static int take_run(chain_t *c, PyObject *rec, int kind, run_t *r) {
     return rc;
 }
 
+/* A "k" record: its keys cut from the joined bytes, each one's parent the key before it (the
+ * first's the record's), one size each. The keys are read in order from one buffer, not by a
+ * pointer each from the engine thread's objects. */
+static int take_chain(chain_t *c, PyObject *rec, run_t *r) {
+    PyObject *blob = PyTuple_GET_ITEM(rec, 2), *size = PyTuple_GET_ITEM(rec, 5);
+    Py_ssize_t w = PyLong_AsSsize_t(PyTuple_GET_ITEM(rec, 3)), n = PyBytes_GET_SIZE(blob) / w;
+    PyObject *parent = Py_NewRef(PyTuple_GET_ITEM(rec, 4));
+    int rc = 0;
+    Py_INCREF(rec);
+    for (Py_ssize_t j = 0; rc == 0 && j < n; j++) {
+        PyObject *key = PyBytes_FromStringAndSize(PyBytes_AS_STRING(blob) + j * w, w);
+        if (key == NULL) {
+            rc = -1;
+            break;
+        }
+        rc = take(c, key, r, parent, size);
+        Py_SETREF(parent, key);
+    }
+    Py_DECREF(parent);
+    Py_DECREF(rec);
+    return rc;
+}
+
 PyObject *ctxcache_stored_run(PyObject *self, PyObject *args) {
     PyObject *records;
     Py_ssize_t i;
@@ -305,9 +341,10 @@ PyObject *ctxcache_stored_run(PyObject *self, PyObject *args) {
     if (s_a == NULL) {
         s_a = PyUnicode_InternFromString("a");
         s_c = PyUnicode_InternFromString("c");
+        s_k = PyUnicode_InternFromString("k");
         s_parent = PyUnicode_InternFromString("parent");
         s_depth = PyUnicode_InternFromString("depth");
-        if (!s_a || !s_c || !s_parent || !s_depth) return NULL;
+        if (!s_a || !s_c || !s_k || !s_parent || !s_depth) return NULL;
     }
     chain_t c = {NULL, NULL, NULL, NULL, 0};
     while (i < PyList_GET_SIZE(records)) {
@@ -315,13 +352,15 @@ PyObject *ctxcache_stored_run(PyObject *self, PyObject *args) {
         int kind = kind_of(rec, pos);
         if (!kind) break;
         i++;
-        if (kind == 'C' && !looked) {
+        if ((kind == 'C' || kind == 'k') && !looked) {
             looked = 1;
             r.gone = gone_after(records, i);
             if (r.gone == NULL && PyErr_Occurred()) goto fail;
         }
-        if (kind == 'a' ? take(&c, PyTuple_GET_ITEM(rec, 2), &r, NULL, NULL) < 0 : take_run(&c, rec, kind, &r) < 0)
-            goto fail;
+        int rc = kind == 'a'   ? take(&c, PyTuple_GET_ITEM(rec, 2), &r, NULL, NULL)
+                 : kind == 'k' ? take_chain(&c, rec, &r)
+                               : take_run(&c, rec, kind, &r);
+        if (rc < 0) goto fail;
     }
     if (c.back != NULL && chain_emit(&c, r.tier, r.bs, r.cls, r.kb, r.out) < 0) goto fail;
     chain_clear(&c);

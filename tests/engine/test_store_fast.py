@@ -76,6 +76,10 @@ class Recorder:
         self._close()
         self.log.append(("l", pos, key))
 
+    def chain(self, pos: int, keys: list[Any], parents: list[Any], sizes: list[int]) -> None:
+        self._close()  # what the general path's run of the same keys records (its parents and
+        self.log.append(("c", pos, list(keys)))  # sizes: tests/events/test_chain_record.py)
+
     def begin(self) -> None:
         self.depth += 1
 

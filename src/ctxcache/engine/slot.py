@@ -55,6 +55,11 @@ class Watcher(Protocol):
 
     def end(self) -> None: ...
 
+    def chain(self, pos: int, keys: Sequence[Hashable], parents: Sequence[Hashable | None], sizes: list[int]) -> None:
+        """``keys``, one chain in order, were just charged to tier ``pos`` (``charge(tell=False)``),
+        with their parents (None at a namespace root) and charged sizes: what a run records, told
+        at once by a store that knows them (store_simple.py), so nothing is read back per block."""
+
 
 @dataclass(slots=True)
 class Counters:
@@ -182,9 +187,10 @@ class Slot:
             for key, size in zip(keys, sizes):
                 self.admit(key, size, tenant)
 
-    def charge(self, key: Hashable, tenant: str, size: int | None) -> None:
+    def charge(self, key: Hashable, tenant: str, size: int | None, tell: bool = True) -> None:
         """Charge ``key``'s bytes to ``tenant`` before the policy learns of it (a store places a
-        chain first and admits it deepest first after; the quota must see every block at once)."""
+        chain first and admits it deepest first after; the quota must see every block at once).
+        ``tell=False``: the caller tells the watch itself, the whole chain at once (``Watcher.chain``)."""
         owners = self.owners.shards[hash(key) % 239]
         if key in owners:
             return
@@ -203,7 +209,7 @@ class Slot:
         owners[key] = pair
         self.by_tenant[tenant] = self.by_tenant.get(tenant, 0) + n
         w = self.watch
-        if w is not None:  # charged: resident from now on (a store charges before it admits)
+        if w is not None and tell:  # charged: resident from now on (a store charges before it admits)
             run = w.run
             if run is not None and w.run_pos == self.pos:
                 run.append(key)

@@ -6,8 +6,9 @@ fitting in the tier's free bytes, the tenant without a quota there. The general 
 (store.py) would then make no room, repair, reject or count a collision nowhere, and its pinned
 tail would guard nothing, so what is left of it is: insert, put, charge each new block, admit
 them deepest first, count (``store.counted``, both paths' one place), refresh TTLs, drain; the
-pinned cap, the KV events' begin/end and the drain are the same calls. Decided under the lock
-before anything changes, and handed to ``store.place_chain`` as it is otherwise: a quota in the
+pinned cap and the drain are the same calls, and the KV events get the chain in one call
+(``Watcher.chain``: its parents and sizes are known here) where the general path opens a run.
+Decided under the lock before anything changes, and handed to ``store.place_chain`` as it is otherwise: a quota in the
 tier, room to make, a cached block lost, colliding or erased while in use, a parent block
 absent or different (first_block > 0), a key twice in the chain. Engines with more tiers, a
 warm tier, a tier subclass or a policy that watches the index never come here.
@@ -56,27 +57,25 @@ def store(e: Engine, prompt: Prompt, payloads: Sequence[Any], first_block: int =
             new = _new_from(e, prompt, keys, first_block, sizes, tenant)
         if new < 0:
             return place_chain(e, prompt, keys, payloads, [None] * len(payloads), sizes, first_block)
+        buf, stride = prompt.buf, e.hasher._stride
+        if n - new == 1:  # one new block (the loops below, unrolled: ~0.2 µs)
+            key, size = keys[new], sizes[new - first_block]
+            e.index.insert(key, keys[new - 1] if new else ns.root, buf[new * stride : n * stride], new, tenant)
+            tier.put_measured(key, payloads[new - first_block], size)
+            top.charge(key, tenant, size, False)
+            top.admit(key, size, tenant)
+        elif n > new:
+            _insert_chain(e, prompt, keys, payloads, sizes, first_block, new)
         watch = top.watch
-        if watch is not None:  # as the general path: the chain's keys in one record
-            watch.begin()
-        try:
-            buf, stride = prompt.buf, e.hasher._stride
-            if n - new == 1:  # one new block (the loops below, unrolled: ~0.2 µs)
-                key, size = keys[new], sizes[new - first_block]
-                e.index.insert(key, keys[new - 1] if new else ns.root, buf[new * stride : n * stride], new, tenant)
-                tier.put_measured(key, payloads[new - first_block], size)
-                top.charge(key, tenant, size)
-                top.admit(key, size, tenant)
-            else:
-                _insert_chain(e, prompt, keys, payloads, sizes, first_block, new)
-            if e.tenancy is not None:
-                _refresh(e, keys, tenant)
-            counted(e, n - new)
-            if tier.used_bytes + top.inflow - top.outflow > top.high * top.capacity:  # Slot.over_high
-                e.placement.drain()
-        finally:
-            if watch is not None:
-                watch.end()
+        if watch is not None and n > new:
+            # The KV events' record of the chain, told whole: as the general path's run
+            # (begin/charge/end) records it, without reading each block's parent and size back.
+            watch.chain(0, keys[new:], [keys[new - 1] if new else None, *keys[new : n - 1]], sizes[new - first_block :])
+        if e.tenancy is not None:
+            _refresh(e, keys, tenant)
+        counted(e, n - new)
+        if tier.used_bytes + top.inflow - top.outflow > top.high * top.capacity:  # Slot.over_high
+            e.placement.drain()
     created = (n - new) * e.block_size
     return Usage(0, created, 0, {top.name: created} if created else {})  # positional: as finish_simple
 
@@ -94,7 +93,7 @@ def _insert_chain(
         key, j = keys[i], i - first_block
         insert(key, parent, buf[i * stride : (i + 1) * stride], i, tenant)
         tier.put_measured(key, payloads[j], sizes[j])
-        top.charge(key, tenant, sizes[j])
+        top.charge(key, tenant, sizes[j], False)  # the watch is told the chain at once (store)
         parent = key
     for i in range(n - 1, new - 1, -1):
         top.admit(keys[i], sizes[i - first_block], tenant)

@@ -98,7 +98,7 @@ class _Chain:
 
 def coalesce(records: Sequence[Record], resolve: Resolve | None = None, runs: Runs | None = None) -> list[Event]:
     """Records in order, as few events as keep that order. ``runs`` turns a run of deferred
-    stores ("a", "c") into events at once; ``resolve`` turns any other deferred record into an "s"/"r"."""
+    stores ("a", "c", "k") into events at once; ``resolve`` turns any other deferred record into an "s"/"r"."""
     out: list[Event] = []
     chain: _Chain | None = None
     gone: tuple[str, str, list[bytes]] | None = None
@@ -115,7 +115,7 @@ def coalesce(records: Sequence[Record], resolve: Resolve | None = None, runs: Ru
     while i < n:
         rec = records[i]
         kind = rec[0]
-        if (kind == "a" or kind == "c") and runs is not None:
+        if (kind == "a" or kind == "c" or kind == "k") and runs is not None:
             close()
             i = runs(records, i, out)
             continue

@@ -44,6 +44,19 @@ def _lookup(key: Any, nodes: list[dict[Any, Any]], owners: list[dict[Any, Any]])
     return (node.parent if node is not None and node.depth > 0 else None), (got[1] if got else 0)
 
 
+def _run_of(rec: tuple[Any, ...]) -> tuple[Sequence[Any], tuple[Sequence[Any], Sequence[int]] | None]:
+    """A stored record's keys and, where it captured them, their parents and sizes: "a" one key;
+    "c" a run of keys (with parents and sizes as ``_close`` and ``chain`` write it); "k" a chain in
+    order, keys joined, one size each (``chain``)."""
+    if rec[0] == "a":
+        return (rec[2],), None
+    if rec[0] == "c":
+        return rec[2], (rec[3:5] if len(rec) >= 5 else None)
+    _, _, blob, width, parent, size = rec
+    keys = [blob[j : j + width] for j in range(0, len(blob), width)]
+    return keys, ([parent, *keys[:-1]], [size] * len(keys))
+
+
 class EngineWatch:
     def __init__(self, engine: Engine, emitter: Emitter, *, token_ids: bool = False) -> None:
         self.e, self.em, self.token_ids = engine, emitter, token_ids
@@ -106,6 +119,27 @@ class EngineWatch:
                     parents.append(parent)
                     sizes.append(size)
             self._add(("c", pos, run, parents, sizes))
+
+    def chain(self, pos: int, keys: Sequence[Hashable], parents: Sequence[Hashable | None], sizes: list[int]) -> None:
+        """A store's new chain, charged without telling (store_simple.py): the record ``_close``
+        would write for its run, from what the store knows (``run_meta`` read it back: ~1.5 µs
+        a 16-block store on the request thread)."""
+        if self.run is not None:
+            self._close()
+        if not self._chains:  # token ids: each block's record goes through ``resolve``
+            for key in keys:
+                self._add(("a", pos, key))
+            return
+        k0 = keys[0]
+        if k0.__class__ is bytes and sizes.count(sizes[0]) == len(sizes):
+            # The usual store (a model's blocks are one size): ("k", pos, keys joined, width, parent,
+            # size), atomic values only. Its lists were three more objects for the cyclic GC a store,
+            # and the emitter read them cold, a pointer per key (docs/events.md, "Where the CPU went").
+            blob = b"".join(cast("list[bytes]", keys))
+            if len(blob) == len(k0) * len(keys):
+                self._add(("k", pos, blob, len(k0), parents[0], sizes[0]))
+                return
+        self._add(("c", pos, keys, parents, sizes))
 
     def admitted(self, pos: int, key: Hashable) -> None:
         run = self.run
@@ -192,11 +226,10 @@ class EngineWatch:
         gone: set[Any] | None = None  # keys removed after a captured run: looked up at flush
         while i < n:
             rec = records[i]
-            if rec[0] not in ("a", "c") or rec[1] != pos:
+            if rec[0] not in ("a", "c", "k") or rec[1] != pos:
                 break
             i += 1
-            run = (rec[2],) if rec[0] == "a" else rec[2]  # "c": a chain's keys, as so many "a"s
-            meta = rec[3:5] if len(rec) >= 5 else None  # "c" as EngineWatch._close writes it: captured
+            run, meta = _run_of(rec)
             if meta is not None and gone is None:
                 gone = {r[2] for r in records[i:] if r[0] == "x"}
             for j, key in enumerate(run):
