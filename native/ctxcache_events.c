@@ -276,18 +276,24 @@ fail:
     return -1;
 }
 
-/* The keys of the "x" records from records[i] on (a set), or NULL with no error when there are none. */
+/* The keys of the "x" and "X" records from records[i] on (a set), or NULL with no error when there are none. */
 static PyObject *gone_after(PyObject *records, Py_ssize_t i) {
     PyObject *gone = NULL;
     for (; i < PyList_GET_SIZE(records); i++) {
         PyObject *rec = PyList_GET_ITEM(records, i);
         if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) < 3) continue;
         PyObject *k = PyTuple_GET_ITEM(rec, 0);
-        if (!PyUnicode_Check(k) || PyUnicode_CompareWithASCIIString(k, "x") != 0) continue;
+        if (!PyUnicode_Check(k)) continue;
+        int one = PyUnicode_CompareWithASCIIString(k, "x") == 0;
+        PyObject *many = PyTuple_GET_ITEM(rec, 2); /* "X": a run of removals, a list of keys */
+        if (!one && (PyUnicode_CompareWithASCIIString(k, "X") != 0 || !PyList_Check(many))) continue;
         if (gone == NULL && (gone = PySet_New(NULL)) == NULL) return NULL;
-        if (PySet_Add(gone, PyTuple_GET_ITEM(rec, 2)) < 0) {
-            Py_DECREF(gone);
-            return NULL;
+        Py_ssize_t m = one ? 1 : PyList_GET_SIZE(many);
+        for (Py_ssize_t j = 0; j < m; j++) {
+            if (PySet_Add(gone, one ? many : PyList_GET_ITEM(many, j)) < 0) {
+                Py_DECREF(gone);
+                return NULL;
+            }
         }
     }
     return gone;

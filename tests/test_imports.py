@@ -44,6 +44,7 @@ TYPE_ONLY_CIRCLES = [
         "ctxcache.engine.lookup_simple",
         "ctxcache.engine.mover",
         "ctxcache.engine.placement",
+        "ctxcache.engine.refusals",
         "ctxcache.engine.store",
         "ctxcache.engine.store_simple",
         "ctxcache.engine.through",

@@ -1,6 +1,6 @@
 """A slow tier whose every delete raises (a dead disk or Redis). Without a breaker each eviction
 pass sent a delete for every block the tier held over its capacity, each refused and charged
-again, and each refused retry started one more pass (``Placement._refused_again``): 12,544
+again, and each refused retry started one more pass (``refusals.refused_again``): 12,544
 refused deletes for 120 stores (benchmarks/tiers/bench_dead_tier_deletes.py). The tier's breaker
 (``Slot.may_delete``) turns passes away once ``BREAK_AFTER`` deletes in a row were refused, but
 for one probe pass once ``backoff`` seconds passed on the engine's clock (``FIRST_BACKOFF``,

@@ -11,6 +11,7 @@ import pytest
 from ctxcache import accel
 from ctxcache.cache import ContextCache
 from ctxcache.events.emitter import Emitter, ListSink, coalesce
+from ctxcache.events.model import BlockRemoved, BlockStored
 from ctxcache.events.watch import EngineWatch, _lookup, _run_of
 
 pytestmark = pytest.mark.skipif(accel.native is None, reason="ctxcache._native not built")
@@ -140,6 +141,15 @@ def test_a_store_hands_its_chain_over_in_one_record_with_the_same_events():
     assert [len(ev.keys) for ev in got] == [6]  # one chain, grown at its end, as block by block
 
 
+def _one_by_one(rec: tuple) -> list[tuple]:
+    """A run's records as one per block: "a" for each stored key, "x" for each removed one."""
+    if rec[0] in "ck":
+        return [("a", rec[1], k) for k in _run_of(rec)[0]]
+    if rec[0] == "X":
+        return [("x", rec[1], k, rec[3]) for k in rec[2]]
+    return [rec]
+
+
 def test_a_captured_run_whose_blocks_left_before_the_flush_reads_them_at_flush():
     """Store 1's blocks are evicted by store 2 within one batch: their "x" records follow store 1's
     run, so its events show what a lookup at flush shows (no size, no parent), as block by block."""
@@ -150,22 +160,48 @@ def test_a_captured_run_whose_blocks_left_before_the_flush_reads_them_at_flush()
         cache.store(list(range(16)), [b"a" * 300] * 4)
         cache.store(list(range(100, 116)), [b"b" * 300] * 4)
         recs = list(watch.em._records)
-        assert [r[0] for r in recs][:2] == ["k", "c"] and len(recs[1]) == 5 and "x" in [r[0] for r in recs]
-        per_block = [x for r in recs for x in ([("a", r[1], k) for k in _run_of(r)[0]] if r[0] in "ck" else [r])]
+        kinds = [r[0] for r in recs]
+        assert kinds[0] == "k" and "c" in kinds and kinds.index("X") > 0  # store 1's removals after it
+        per_block = [x for r in recs for x in _one_by_one(r)]
         got = coalesce(recs, watch.resolve, getattr(watch, runs))
         assert got == coalesce(per_block, watch.resolve, watch.stored_run_py)
         assert any(getattr(ev, "size", None) == 0 for ev in got)  # the evicted blocks: read at flush
 
 
+def _histories(events) -> tuple[dict, dict]:
+    """A batch as each (tier, key)'s own history, in order ("s" with its parent, "r" with its
+    reason), and the bytes stored per tier: what a consumer can tell apart. Runs may order the
+    records of different keys otherwise than one by one (a store's removals before its run)."""
+    per: dict = {}
+    size: dict = {}
+    for ev in events:
+        if isinstance(ev, BlockStored):
+            size[ev.tier] = size.get(ev.tier, 0) + ev.size
+            for j, k in enumerate(ev.keys):
+                per.setdefault((ev.tier, k), []).append(("s", ev.keys[j - 1] if j else ev.parent))
+        elif isinstance(ev, BlockRemoved):
+            for k in ev.keys:
+                per.setdefault((ev.tier, k), []).append(("r", ev.reason))
+        else:
+            per.setdefault(("", ""), []).append(ev)
+    return per, size
+
+
 def _workload(chains: bool, native: bool) -> list:
     cache = ContextCache.from_config(
-        {"block_size": 4, "tiers": [{"kind": "memory", "capacity": "3KiB"}, {"kind": "memory", "capacity": "6KiB"}]}
+        {
+            "block_size": 4,
+            "tiers": [
+                {"kind": "memory", "capacity": "3KiB", "name": "hot"},
+                {"kind": "memory", "capacity": "6KiB", "name": "warm"},
+            ],
+        }
     )
     sink = ListSink()
     em = Emitter("w", [sink], epoch="e", clock=lambda: 0.0)
     watch = EngineWatch(cache._engine, em)
     watch.attach()
-    watch._chains = chains  # False: a record per block, as before runs
+    watch._chains = watch._xruns = chains  # False: a record per block, as before runs
     if not native:
         em.runs = watch.stored_run_py
     rng = random.Random(5)
@@ -180,11 +216,11 @@ def _workload(chains: bool, native: bool) -> list:
         if rng.random() < 0.2:
             em.flush()
     em.flush()
-    return [(b.seq, b.events) for b in sink.batches]
+    return [(b.seq, _histories(b.events)) for b in sink.batches]
 
 
 def test_runs_give_the_per_block_events_batch_by_batch_under_evictions_and_demotions():
     want = _workload(False, True)
-    reasons = {getattr(e, "reason", None) for _, evs in want for e in evs}
-    assert sum(len(ev) for _, ev in want) > 100 and {"evicted", "demoted"} <= reasons
+    reasons = {h[1] for _, (per, _) in want for hs in per.values() for h in hs if h[0] == "r"}
+    assert sum(len(per) for _, (per, _) in want) > 100 and {"evicted", "demoted"} <= reasons
     assert want == _workload(True, True) == _workload(True, False) == _workload(False, False)

@@ -25,6 +25,7 @@ from ..index import Node, RadixIndex
 from ..tiers import NO_META, BlockMeta
 from .fairness import Fairness
 from .mover import Move, Mover
+from .refusals import adopt_kept, refused_again
 from .slot import Counters, Slot
 
 LOST = -1
@@ -122,9 +123,20 @@ class Placement:
         ``only``: a tenant at its quota, which makes room among its own blocks. A block whose
         delete failed goes first (``Slot.victim``) and its bytes count as freed, as any victim's:
         should it fail again, its report frees them from other victims (``_moved``)."""
-        slot, can = self.slots[t], self._can[t]
+        slot = self.slots[t]
         if not slot.may_delete():
             return False  # its deletes keep failing: victims would only queue more (Slot.may_delete)
+        watch = slot.watch
+        if watch is None:
+            return self._free(t, nbytes, only)
+        watch.begin()  # the KV events: the pass's evictions in one record, not one each
+        try:
+            return self._free(t, nbytes, only)
+        finally:
+            watch.end()
+
+    def _free(self, t: int, nbytes: int, only: str | None) -> bool:
+        slot, can = self.slots[t], self._can[t]
         probe = slot.broken  # one victim asks whether the tier is back; the room waits for its answer
         # A quota counts the tenant's charges, which change only under the lock; the tier's bytes
         # also drop when the mover's deletes land (outside it), which would end the pass early.
@@ -324,9 +336,10 @@ class Placement:
             self.slots[m.src].deleted(refused=m.kept is not None)
             if m.kept is None:
                 self.unmark_erased(m.key, m.src)  # the erased blob left that tier
-        # A delete that failed and left the block resident: tried first next time; failed again: see _refused_again.
-        if m.src is not None and self.slots[m.src].settled(m.key, refused=m.kept is not None and self._kept(m)):
-            self._refused_again(m.src, m.key, m.kept or 0)
+        self.c.delete_errors += m.src is not None and m.kept is not None  # a delete from a slow tier raised
+        # A delete that failed and left the block resident: tried first next time; failed again: see refused_again.
+        if m.src is not None and self.slots[m.src].settled(m.key, refused=m.kept is not None and adopt_kept(self, m)):
+            refused_again(self, m.src, m.key, m.kept or 0)
         if m.dst is not None and m.ok:
             self.unmark_erased(m.key, m.dst)  # a new blob written over an erased one
         if m.dst is None or m.ok:
@@ -365,36 +378,3 @@ class Placement:
             if node.tier == LOST:
                 self.c.lost += 1
                 self.prune(m.key)
-
-    def _refused_again(self, t: int, key: Hashable, nbytes: int) -> None:
-        """A retried delete from tier ``t`` was refused again: the pass that took it counted its
-        ``nbytes`` as freed. They are freed now from other victims, as far as the block's owner's
-        quota and the tier's capacity need them (not more: excess other refusals left is the next
-        pass's). Once per retry (refused again, the block is no retry: it waits for its policy's
-        turn), so a tier that keeps refusing ends."""
-        slot = self.slots[t]
-        if slot.broken:  # the tier refuses deletes: the room waits for its breaker's next probe
-            return
-        owner = slot.owner(key)
-        quota = slot.quotas.get(owner) if owner is not None else None
-        if owner is not None and quota is not None and slot.tenant_used(owner) > quota:
-            self.make_room(t, min(nbytes, slot.tenant_used(owner) - quota), only=owner)
-        if slot.used() > slot.capacity:
-            self.make_room(t, min(nbytes, slot.used() - slot.capacity))
-
-    def _kept(self, m: Move) -> bool:
-        """A delete from slow tier ``m.src`` raised: the block is still stored. True when it is
-        charged again to its owner (as a block found at start: capacity and quota count what
-        storage holds). No pass starts here."""
-        assert m.src is not None
-        self.c.delete_errors += 1
-        slot = self.slots[m.src]  # not if a newer write of the key here came first; only persistent tiers adopt
-        if m.kept and slot.persistent and not slot.holds(m.key):
-            if self.mover.hand_on(m):
-                return False  # a delete of it queued behind (an erasure's) frees it
-            slot.tier.adopt(m.key, m.kept)
-            slot.admit(m.key, m.kept, m.owner)
-            return True
-        if m.kept and slot.persistent:
-            self.mover.hand_on(m)  # a newer write of it here is queued: it replaces the kept blob
-        return False

@@ -62,10 +62,10 @@ def place_chain(
             if e.through and placed:  # before drain: a block it demotes finds its copy queued
                 copy_down(pl, e.through, placed, payloads, blobs, first_block, tenant)
             counted(e, len(placed))
-            pl.drain()
         finally:
             if watch is not None:
-                watch.end()
+                watch.end()  # the chain's records before the drain's, as the fast path's
+        pl.drain()
         backlog = top.slow and pl.mover.buffered > pl.write_buffer
     if backlog:  # a slow top tier has no faster tier to absorb writes: wait, outside the lock
         pl.mover.wait_buffer(pl.write_buffer)

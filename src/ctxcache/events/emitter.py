@@ -127,11 +127,14 @@ def coalesce(records: Sequence[Record], resolve: Resolve | None = None, runs: Ru
             if chain is None or not chain.take(rec):
                 close()
                 chain = _Chain(rec)
-        elif kind == "r":
+        elif kind == "r" or kind == "R":  # "R": a run of removals, its keys as so many "r"s
             if gone is None or gone[0] != rec[1] or gone[1] != rec[3]:
                 close()
                 gone = (rec[1], rec[3], [])
-            gone[2].append(rec[2])
+            if kind == "r":
+                gone[2].append(rec[2])
+            else:
+                gone[2].extend(rec[2])
         else:
             close()
             out.append(rec[1])

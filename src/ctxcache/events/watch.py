@@ -69,6 +69,16 @@ class EngineWatch:
         # The open run: the slot appends a key admitted to tier ``run_pos`` to it itself (Watcher).
         self._depth, self.run_pos = 0, 0
         self.run: list[Hashable] | None = None
+        # The open run of removals (one tier, one reason: a room-making pass's evictions), as
+        # ``("X", pos, keys, reason)``: a record per pass, not per block. Both runs may be open at
+        # once (a store making room block by block): they close together, the removals first. A
+        # key's own records keep their order that way (removals recorded before the stores they
+        # preceded); a key stored in the open run that leaves closes both first (``_in_run``).
+        self.xrun: list[Hashable] | None = None
+        self.xrun_pos, self.xrun_reason = 0, ""
+        self._run_keys: set[Hashable] = set()  # the open run's keys, its first ``_run_read`` of them
+        self._run_read = 0
+        self._xruns = True  # False: a record per removal (the tests' reference)
         self._chains = False  # "c" records only where ``runs`` reads them (not with token ids)
 
     def attach(self) -> None:
@@ -99,14 +109,21 @@ class EngineWatch:
             self._close()
 
     def _close(self) -> None:
-        """The open run as ``("c", pos, keys, parents, sizes)``: what ``stored_run`` would look up
+        """The open run of removals as ``("X", pos, keys, reason)``; the open run of stores as
+        ``("c", pos, keys, parents, sizes)``: what ``stored_run`` would look up
         for each key, read now, while it is in this thread's cache (on the emitter's thread those
         lookups were ~1 µs a block of cache misses). Nothing left since the keys were charged (a
         removal closes the run first), so the values are the same; a key removed before the flush
         has an "x" record after the run, and ``stored_run`` looks that one up at flush as before."""
+        xrun = self.xrun
+        if xrun is not None:
+            self.xrun = None
+            self._add(("X", self.xrun_pos, xrun, self.xrun_reason))
         run = self.run
         if run is not None:
             self.run = None
+            self._run_keys.clear()
+            self._run_read = 0
             pos = self.run_pos
             nodes, owners = self.e.index.shards, self.e.slots[pos].owners.shards
             native = accel.native
@@ -124,7 +141,7 @@ class EngineWatch:
         """A store's new chain, charged without telling (store_simple.py): the record ``_close``
         would write for its run, from what the store knows (``run_meta`` read it back: ~1.5 µs
         a 16-block store on the request thread)."""
-        if self.run is not None:
+        if self.run is not None or self.xrun is not None:
             self._close()
         if not self._chains:  # token ids: each block's record goes through ``resolve``
             for key in keys:
@@ -156,26 +173,53 @@ class EngineWatch:
         if self._depth and self._chains and not slow:
             self.run, self.run_pos = [key], pos
             return
+        if self.xrun is not None:
+            self._close()  # a lone record: the removals before it go first
         self._add(("a", pos, key))
 
     def landed(self, pos: int, key: Hashable) -> None:
         if key not in self.e.slots[pos].owners:
             return  # it left while its write was queued (erased, evicted): its removal was announced then
-        if self.run is not None:
+        if self.run is not None or self.xrun is not None:
             self._close()
         self._add(("a", pos, key))
 
     def left(self, pos: int, key: Hashable) -> None:
+        reason = cast(RemoveReason, self.e.leaving) if self.e.leaving else self._reason(pos, key)
+        if self.run is not None and self._in_run(pos, key):
+            self._close()  # stored, now leaving: the store's record first
+        xrun = self.xrun
+        if xrun is not None:
+            if pos == self.xrun_pos and reason == self.xrun_reason:
+                xrun.append(key)  # the hot path: one eviction of a room-making pass
+                return
+            self.xrun = None
+            self._add(("X", self.xrun_pos, xrun, self.xrun_reason))
+        if self._depth and self._xruns:
+            self.xrun, self.xrun_pos, self.xrun_reason = [key], pos, reason
+            return
         if self.run is not None:
             self._close()
-        reason = cast(RemoveReason, self.e.leaving) if self.e.leaving else self._reason(pos, key)
         self._add(("x", pos, key, reason))
+
+    def _in_run(self, pos: int, key: Hashable) -> bool:
+        """``key`` is in the open store run of tier ``pos`` (the slot appends to the run itself:
+        the keys appended since the last look are read into the set now)."""
+        run = self.run
+        if run is None or pos != self.run_pos:
+            return False
+        if len(run) > self._run_read:
+            self._run_keys.update(run[self._run_read :])
+            self._run_read = len(run)
+        return key in self._run_keys
 
     # --- the emitter's thread ------------------------------------------------------------------------
     def resolve(self, rec: tuple[Any, ...]) -> tuple[Any, ...]:
         """A deferred record as the emitter's "s" or "r" record (unlocked reads: dict lookups)."""
         if rec[0] == "x":
             return ("r", self.names[rec[1]], key_bytes(rec[2]), rec[3])
+        if rec[0] == "X":  # a run of removals: "R", the keys as one "r" each
+            return ("R", self.names[rec[1]], [k if k.__class__ is bytes else key_bytes(k) for k in rec[2]], rec[3])
         _, pos, key = rec
         node = self.e.index.get(key)
         parent = node.parent if node is not None and node.depth > 0 else None  # a root names the tenant's namespace
@@ -232,6 +276,7 @@ class EngineWatch:
             run, meta = _run_of(rec)
             if meta is not None and gone is None:
                 gone = {r[2] for r in records[i:] if r[0] == "x"}
+                gone.update(k for r in records[i:] if r[0] == "X" for k in r[2])
             for j, key in enumerate(run):
                 if meta is not None and key not in gone:  # type: ignore[operator]
                     parent, got = meta[0][j], meta[1][j]

@@ -1,0 +1,58 @@
+"""The engine thread's runs (events/watch.py): a store's charged keys ("c"/"k") and a room-making
+pass's removals ("X") may both be open; whatever closes them, each key's own records stay in the
+order they happened (a consumer that applied them in another order would hold the wrong state)."""
+
+from __future__ import annotations
+
+from ctxcache.cache import ContextCache
+from ctxcache.events import ListSink
+from ctxcache.events.emitter import Emitter
+from ctxcache.events.watch import EngineWatch
+
+K1, K2, K3 = b"\x01" * 16, b"\x02" * 16, b"\x03" * 16
+
+
+def _watch(chains: bool = True) -> EngineWatch:
+    cache = ContextCache.from_config({"block_size": 4, "tiers": [{"kind": "memory", "capacity": "1MiB"}]})
+    watch = EngineWatch(cache._engine, Emitter("w", [ListSink()]))
+    watch.attach()
+    watch._chains = chains
+    return watch
+
+
+def _log(watch: EngineWatch) -> list[tuple]:
+    """The records as (kind, keys): one key for "a"/"x", the run's for "c"/"X"."""
+    return [(r[0], tuple(r[2]) if r[0] in "cX" else (r[2],)) for r in watch.em._records]
+
+
+def test_a_key_stored_in_the_open_run_then_leaving_is_recorded_stored_first():
+    watch = _watch()
+    watch.begin()
+    watch.admitted(0, K1)
+    watch.left(0, K2)  # another key: joins the removals' run, the store's stays open
+    watch.admitted(0, K3)
+    watch.left(0, K1)  # K1 is in the open store run: both close, removals first, then K1's removal
+    watch.end()
+    assert _log(watch) == [("X", (K2,)), ("c", (K1, K3)), ("X", (K1,))]
+
+
+def test_a_removal_run_closes_before_a_lone_store_record():
+    watch = _watch(chains=False)  # as with token ids: a record per stored key
+    watch.begin()
+    watch.left(0, K1)
+    watch.admitted(0, K1)  # stored again after it left: the removal must come first
+    watch.end()
+    assert _log(watch) == [("X", (K1,)), ("a", (K1,))]
+
+
+def test_removals_of_another_tier_or_reason_start_a_new_run():
+    watch = _watch()
+    watch.begin()
+    watch.left(0, K1)
+    watch.left(0, K2)
+    watch.e.leaving = "erased"
+    watch.left(0, K3)
+    watch.e.leaving = None
+    watch.end()
+    assert _log(watch) == [("X", (K1, K2)), ("X", (K3,))]
+    assert [r[3] for r in watch.em._records] == ["evicted", "erased"]
