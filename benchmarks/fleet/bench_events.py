@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import shutil
@@ -49,11 +50,13 @@ sys.path.insert(0, str(ROOT / "src"))
 import redis  # noqa: E402
 
 from ctxcache.cache import ContextCache  # noqa: E402
-from ctxcache.events import BlockStored, EventBatch, WorkerStarted  # noqa: E402
+from ctxcache.events import BlockStored, EventBatch, ListSink, WorkerStarted  # noqa: E402
 from ctxcache.events.consumer import Consumer  # noqa: E402
+from ctxcache.events.emitter import Emitter  # noqa: E402
 from ctxcache.events.runtime import start_events  # noqa: E402
 from ctxcache.events.state import WorkerView, encode_snapshot  # noqa: E402
 from ctxcache.events.streams import StreamsPublisher, snapshot_key  # noqa: E402
+from ctxcache.events.watch import EngineWatch  # noqa: E402
 
 BS = 16
 WATCHER = """
@@ -99,8 +102,8 @@ def _redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, f"redis://127.0.0.1:{port}/0"
 
 
-def _cache() -> ContextCache:
-    return ContextCache.from_config({"block_size": BS, "tiers": [{"kind": "memory", "capacity": "4GiB"}]})
+def _cache(capacity: str = "4GiB") -> ContextCache:
+    return ContextCache.from_config({"block_size": BS, "tiers": [{"kind": "memory", "capacity": capacity}]})
 
 
 def _prompts(n: int, seed: int) -> list[list[int]]:
@@ -158,13 +161,15 @@ def store_overhead(url: str, rounds: int, stores: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def store_cpu(url: str, rounds: int, stores: int) -> dict[str, Any]:
+def store_cpu(url: str, rounds: int, stores: int, capacity: str = "4GiB") -> dict[str, Any]:
     """All the CPU a store costs with events on: the request thread's and the events' threads',
     against a cache without events, whole rounds alternating (on, off; off, on; ...). Store by
     store alternation (``store_overhead``) is right for wall time but charges the events' threads
     for the other cache: every other store churns its own blocks through the caches the emitter
-    then reads cold, and each batch holds half as many stores. A server has one cache."""
-    off, on = _cache(), _cache()
+    then reads cold, and each batch holds half as many stores. A server has one cache.
+    ``capacity`` "8MiB": full from the first round on, each store evicts as many blocks as it
+    adds (a server's steady state)."""
+    off, on = _cache(capacity), _cache(capacity)
     rt = start_events(
         on, {"enabled": True, "url": url, "worker": "bench-cpu", "prefix": "bench:cpu:", "consume": False}
     )
@@ -190,7 +195,38 @@ def store_cpu(url: str, rounds: int, stores: int) -> dict[str, Any]:
         "events_threads_cpu_us_per_store": round(ev * 1e6, 2),
         "request_thread_cpu_overhead_pct": round(100 * (c_on - c_off) / c_off, 2),
         "all_cpu_overhead_pct": round(100 * (c_on + ev - c_off) / c_off, 2), "rounds": rounds, "stores_per_round": stores,
+    "capacity": capacity,
     }  # fmt: skip
+
+
+def request_thread(rounds: int, stores: int, capacity: str = "4GiB") -> dict[str, Any]:
+    """The request thread's own CPU a store, events on vs off, without the noise the round figures
+    carry: alternating store by store, the cyclic GC off (a full collection lands in whichever
+    round it happens to), no emitter thread (its records dropped every 40 stores)."""
+    off, on = _cache(capacity), _cache(capacity)
+    em = Emitter("bench", [ListSink()])
+    EngineWatch(on._engine, em).attach()
+    payloads = [b"x" * 1024] * 16
+    deltas, offs = [], []
+    gc.collect()
+    gc.disable()
+    try:
+        for r in range(rounds):
+            spent = {"off": 0.0, "on": 0.0}
+            for i, p in enumerate(_prompts(stores, 50 + r)):
+                for name, c in (("off", off), ("on", on)) if i % 2 == 0 else (("on", on), ("off", off)):
+                    t0 = time.thread_time()
+                    c.store(p, payloads)
+                    spent[name] += time.thread_time() - t0
+                if i % 40 == 0:
+                    em._records.clear()
+            deltas.append((spent["on"] - spent["off"]) / stores)
+            offs.append(spent["off"] / stores)
+    finally:
+        gc.enable()
+    d, o = statistics.median(deltas), statistics.median(offs)
+    return {"cpu_us_off": round(o * 1e6, 2), "request_thread_cpu_us_more": round(d * 1e6, 2),
+            "request_thread_cpu_overhead_pct": round(100 * d / o, 2), "capacity": capacity}  # fmt: skip
 
 
 def visibility(url: str, n: int, rate: float) -> dict[str, Any]:
@@ -313,7 +349,11 @@ def _plot(res: dict[str, Any], path: Path) -> None:
 
 
 PARTS: dict[str, Any] = {
-    "store_overhead": store_overhead, "store_cpu": store_cpu, "visibility": visibility, "throughput": throughput, "snapshot": snapshot_rebuild,
+    "store_overhead": store_overhead, "store_cpu": store_cpu,
+    "store_cpu_full": lambda url, r, n: store_cpu(url, r, n, "8MiB"),
+    "request_thread": lambda url, r, n: request_thread(r, n),
+    "request_thread_full": lambda url, r, n: request_thread(r, n, "8MiB"),
+    "visibility": visibility, "throughput": throughput, "snapshot": snapshot_rebuild,
 }  # fmt: skip
 
 
@@ -321,7 +361,9 @@ def _only(a: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-events-"))
     proc, url = _redis(work)
     try:
-        args = {"store_overhead": (a.rounds, a.stores), "store_cpu": (a.rounds, a.stores), "visibility": (a.visible, a.rate),
+        same = (a.rounds, a.stores)
+        args = {"store_overhead": same, "store_cpu": same, "store_cpu_full": same, "request_thread": same,
+                "request_thread_full": same, "visibility": (a.visible, a.rate),
                 "throughput": (a.batches,), "snapshot": (a.blocks,)}[a.only]  # fmt: skip
         print(json.dumps({"bench": "events", a.only: PARTS[a.only](url, *args)}))
     finally:
@@ -351,6 +393,9 @@ def main() -> None:
         res: dict[str, Any] = {"bench": "events"}
         res["store_overhead"] = store_overhead(url, a.rounds, a.stores)
         res["store_cpu"] = store_cpu(url, a.rounds, a.stores)
+        res["store_cpu_full"] = store_cpu(url, a.rounds, a.stores, "8MiB")
+        res["request_thread"] = request_thread(8, 2000)
+        res["request_thread_full"] = request_thread(8, 2000, "8MiB")
         res["visibility"] = visibility(url, a.visible, a.rate)
         res["throughput"] = throughput(url, a.batches)
         res["snapshot"] = snapshot_rebuild(url, a.blocks)

@@ -68,7 +68,7 @@ class Recorder:
         else:
             self.log.append(("a", pos, key))
 
-    def left(self, pos: int, key: Any) -> None:
+    def left(self, pos: int, key: Any, why: str = "") -> None:
         self._close()
         self.log.append(("x", pos, key))
 

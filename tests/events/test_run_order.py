@@ -56,3 +56,34 @@ def test_removals_of_another_tier_or_reason_start_a_new_run():
     watch.end()
     assert _log(watch) == [("X", (K1, K2)), ("X", (K3,))]
     assert [r[3] for r in watch.em._records] == ["evicted", "erased"]
+
+
+class Checked(EngineWatch):
+    """Holds each reason a room-making pass hands over (``why``) to the one the watch reads itself."""
+
+    checked: list[str] = []
+
+    def left(self, pos, key, why=""):
+        if why and not self.e.leaving:
+            assert why == self._reason(pos, key), (pos, why, self._reason(pos, key))
+            self.checked.append(why)
+        super().left(pos, key, why)
+
+
+def test_the_reason_a_pass_hands_over_is_the_one_the_index_gives(tmp_path):
+    tiers = [
+        {"kind": "memory", "capacity": "3KiB", "name": "hot"},
+        {"kind": "memory", "capacity": "6KiB", "name": "warm"},
+        {"kind": "disk", "path": str(tmp_path), "capacity": "12KiB", "fsync": False},
+    ]
+    cache = ContextCache.from_config({"block_size": 4, "tiers": tiers})
+    watch = Checked(cache._engine, Emitter("w", [ListSink()]))
+    watch.attach()
+    for i in range(300):
+        base = (i * 7919) % 40 * 1000
+        n = 1 + i % 6
+        cache.store(list(range(base, base + 4 * n)), [bytes([i % 251]) * (100 + i % 300) for _ in range(n)])
+        if i % 5 == 0:
+            cache.release(cache.lookup(list(range(base, base + 8))))
+    cache.close()
+    assert {"evicted", "demoted"} <= set(Checked.checked) and len(Checked.checked) > 200

@@ -151,10 +151,11 @@ class Placement:
                 key = slot.victim(ok)
                 if key is None:
                     break
-                if not self._leave(t, key, quota=only is not None):
+                why = self._leave(t, key, quota=only is not None)
+                if not why:
                     slot.stayed(key)  # no room below and still needed: it stays
                     return False
-                slot.evicted(key)
+                slot.evicted(key, why)
                 if probe:
                     return False
             if used() <= goal:
@@ -168,27 +169,30 @@ class Placement:
         assert self.fairness is not None
         return self.fairness.stages(slot)
 
-    def _leave(self, t: int, key: Hashable, quota: bool = False) -> bool:
+    def _leave(self, t: int, key: Hashable, quota: bool = False) -> str:
+        """``key`` out of tier ``t``: "demoted" (the block is in ``t + 1`` now), "evicted" (gone
+        from the cache, or a copy, or an orphan), or "" if it may not leave (the KV events' reason,
+        as ``EngineWatch._reason`` would read it)."""
         node = self.index.get(key)
         if node is not None and node.tier == t:
             if t < self.last and self._demote(t, key, node):
-                return True
+                return "demoted"
             if not self.index.is_evictable(key):
-                return False
+                return ""
             self._drop(t, key)
             self.index.remove(key)
             self.c.evictions += 1
             self.c.quota_evictions += quota
             self.prune(node.parent)
-            return True
+            return "evicted"
         erased = t in self.erased.get(key, ())  # an erased blob a refused delete kept: deleted, never moved on
         if node is None and t < self.last and not erased and self._demote(t, key, None):
-            return True  # an orphan: written back like any block
+            return "evicted"  # an orphan, written back like any block: not in the index, it left the cache
         self._drop(t, key)  # a copy, or an orphan with nowhere to go
         if node is None:  # the orphan leaves the cache (a copy's block stays in a faster tier)
             self.c.evictions += 1
             self.c.quota_evictions += quota
-        return True
+        return "evicted"
 
     def _drop(self, t: int, key: Hashable, erase: bool = False) -> None:
         """Delete ``key`` from tier ``t``; call it while the slot still charges the key's owner.

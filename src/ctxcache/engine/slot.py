@@ -46,7 +46,9 @@ class Watcher(Protocol):
 
     def admitted(self, pos: int, key: Hashable) -> None: ...
 
-    def left(self, pos: int, key: Hashable) -> None: ...
+    def left(self, pos: int, key: Hashable, why: str = "") -> None:
+        """``key`` is no longer charged to tier ``pos``; ``why``: "evicted" or "demoted" where the
+        caller knows it (a room-making pass), else "" (the watcher finds out)."""
 
     def landed(self, pos: int, key: Hashable) -> None: ...
 
@@ -216,11 +218,11 @@ class Slot:
             else:
                 w.admitted(self.pos, key)
 
-    def _uncharge(self, key: Hashable) -> None:
+    def _uncharge(self, key: Hashable, why: str = "") -> None:
         got = self.owners.pop(key, None)
         if got is not None:
             if self.watch is not None:
-                self.watch.left(self.pos, key)
+                self.watch.left(self.pos, key, why)
             left = self.by_tenant.get(got[0], 0) - got[1]
             if left > 0:
                 self.by_tenant[got[0]] = left
@@ -333,10 +335,11 @@ class Slot:
         wait = max(0.0, self.probe_at - self.clock()) if self.broken else 0.0
         return {"deletes_paused": self.broken, "delete_refusals_in_a_row": self.refusals, "next_probe_in_s": wait}
 
-    def evicted(self, key: Hashable) -> None:
-        """A victim left the tier (demoted or evicted): its owner is no longer charged."""
+    def evicted(self, key: Hashable, why: str = "") -> None:
+        """A victim left the tier (demoted or evicted: ``why``, when the caller knows which):
+        its owner is no longer charged."""
         self.evictions += 1
-        self._uncharge(key)
+        self._uncharge(key, why)
 
     def stats(self) -> dict[str, Any]:
         out = self.tier.stats()

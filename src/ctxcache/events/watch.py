@@ -79,6 +79,7 @@ class EngineWatch:
         self._run_keys: set[Hashable] = set()  # the open run's keys, its first ``_run_read`` of them
         self._run_read = 0
         self._xruns = True  # False: a record per removal (the tests' reference)
+        self._nodes = engine.index.shards
         self._chains = False  # "c" records only where ``runs`` reads them (not with token ids)
 
     def attach(self) -> None:
@@ -184,8 +185,16 @@ class EngineWatch:
             self._close()
         self._add(("a", pos, key))
 
-    def left(self, pos: int, key: Hashable) -> None:
-        reason = cast(RemoveReason, self.e.leaving) if self.e.leaving else self._reason(pos, key)
+    def left(self, pos: int, key: Hashable, why: str = "") -> None:
+        reason = self.e.leaving or why  # an erasure's or expiry's, else a room-making pass's
+        if not self.e.leaving:
+            if not why:  # ``_reason``, the index's shard inlined (shardmap.index_shard)
+                node = self._nodes[key[-1] if key.__class__ is bytes and key else hash(key) % 251].get(key)
+                reason = "evicted" if node is None or node.tier < pos else self._reason(pos, key)
+            xrun = self.xrun
+            if xrun is not None and self.run is None and pos == self.xrun_pos and reason == self.xrun_reason:
+                xrun.append(key)  # the hot path: one eviction of a room-making pass (a drain's)
+                return
         if self.run is not None and self._in_run(pos, key):
             self._close()  # stored, now leaving: the store's record first
         xrun = self.xrun
