@@ -198,6 +198,8 @@ PyObject *ctxcache_replay_s3fifo(PyObject *self, PyObject *args);
 PyObject *ctxcache_replay_lirs(PyObject *self, PyObject *args);
 PyObject *ctxcache_replay_belady(PyObject *self, PyObject *args);
 PyObject *ctxcache_replay_lfu_decay(PyObject *self, PyObject *args);
+PyObject *ctxcache_replay_wtinylfu(PyObject *self, PyObject *args);
+PyObject *ctxcache_replay_prefix_aware(PyObject *self, PyObject *args);
 
 static PyMethodDef replay_methods[] = {
     {"replay_2q", ctxcache_replay_2q, METH_VARARGS,
@@ -216,6 +218,11 @@ static PyMethodDef replay_methods[] = {
     {"replay_lfu_decay", ctxcache_replay_lfu_decay, METH_VARARGS,
      "replay_lfu_decay(requests, capacity, decay, seq0, entry, s, t0, now, growth) -> (misses, heap, next seq, t0, "
      "now, growth), or None"},
+    {"replay_wtinylfu", ctxcache_replay_wtinylfu, METH_VARARGS,
+     "replay_wtinylfu(requests, capacity, sizes, width, depth, halve_at, fast, doorkeeper, win, prob, prot, doomed, "
+     "idx) -> (misses, counts, door, main_hits, mv, blocks, top, strikes), or None"},
+    {"replay_prefix_aware", ctxcache_replay_prefix_aware, METH_VARARGS,
+     "replay_prefix_aware(requests, capacity, params, classes, mid, seq0, meta, ghost) -> (misses, state), or None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -47,6 +47,8 @@ def sources() -> tuple[list[Path], list[str]]:
         SRC / "ctxcache_replay_queues.c",
         SRC / "ctxcache_replay_reuse.c",
         SRC / "ctxcache_replay_scored.c",
+        SRC / "ctxcache_replay_wtinylfu.c",
+        SRC / "ctxcache_replay_prefix.c",
         *(BLAKE3 / f for f in ("blake3.c", "blake3_dispatch.c", "blake3_portable.c")),
     ]
     machine = platform.machine().lower()

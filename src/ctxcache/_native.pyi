@@ -149,3 +149,30 @@ def replay_lfu_decay(
     growth: float,
     /,
 ) -> tuple[int, list[tuple[float, int, Any]], int, float | None, float, float] | None: ...
+def replay_wtinylfu(
+    requests: list[Any],
+    capacity: int,
+    sizes: tuple[int, int, int],
+    width: int,
+    depth: int,
+    halve_at: int,
+    fast: bool,
+    doorkeeper: bool,
+    win: Any,
+    prob: Any,
+    prot: Any,
+    doomed: Any,
+    idx: dict[Any, list[int]],
+    /,
+) -> tuple[int, list[int], bytearray | None, int, tuple[Any, int] | None, dict[int, Any], int, int] | None: ...
+def replay_prefix_aware(
+    requests: list[Any],
+    capacity: int,
+    params: tuple[Any, ...],
+    classes: int,
+    mid: list[float],
+    seq0: int,
+    meta: dict[Any, list[Any]],
+    ghost: Any,
+    /,
+) -> tuple[int, tuple[Any, ...]] | None: ...
