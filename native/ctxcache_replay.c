@@ -102,15 +102,17 @@ static int load_request(rtrace *t, idmap *m, PyObject *req, Py_ssize_t r, Py_ssi
     if (want_time) {
         PyObject *tm = PyObject_GetAttr(req, str_time);
         if (tm == NULL) return -1;
+        /* a float (numpy's float64 is one), or an int a double holds exactly: then the steps
+         * Python takes in ints (now - t0) come out the same in doubles */
         double d = -1.0;
-        int ok = PyFloat_CheckExact(tm) || PyLong_CheckExact(tm);
+        int is_float = PyFloat_Check(tm), ok = is_float || PyLong_Check(tm);
         if (ok) d = PyFloat_AsDouble(tm);
         Py_DECREF(tm);
         if (ok && d == -1.0 && PyErr_Occurred()) {
             PyErr_Clear();
             ok = 0;
         }
-        if (!ok) return 1;
+        if (!ok || (!is_float && (d > 9007199254740992.0 || d < -9007199254740992.0))) return 1;
         t->time[r] = d;
     }
     PyObject *blocks = PyObject_GetAttr(req, str_blocks);

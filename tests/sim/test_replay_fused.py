@@ -143,15 +143,16 @@ def test_fused_loop_matches_the_reference(name: str, seed: int, loops: str) -> N
 @pytest.mark.parametrize("name", FUSED)
 def test_odd_keys_and_a_second_replay(name: str, loops: str) -> None:
     """Keys the compiled loops map through a dict (big, negative, str, and ints equal to floats and
-    bools), requests from a generator, and a second replay over the state the first one left (not
-    fresh: the Python fused loop, or the reference)."""
+    bools), times that are ints or numpy floats, requests from a generator, and a second replay over
+    the state the first one left (not fresh: the Python fused loop, or the reference)."""
     rng = random.Random(len(name))
     base = _trace(rng, 300, 200, dense=False)
     odd: list[Any] = [1 << 40, -3, "a", "b", 1.0, True, (2, 3), 7]
     blocks = [tuple(b if b % 9 else odd[b % len(odd)] for b in r.blocks) for r in base.requests]
+    times = [int(r.time) if i % 2 else np.float64(r.time) for i, r in enumerate(base.requests)]
     reqs = [
-        Request(time=r.time, input_length=r.input_length, output_length=1, blocks=bl)
-        for r, bl in zip(base.requests, blocks)
+        Request(time=t, input_length=r.input_length, output_length=1, blocks=bl)
+        for r, bl, t in zip(base.requests, blocks, times)
     ]
     for cap in (2, 5, 40):
         for trace in (base, _OddTrace(reqs)):
