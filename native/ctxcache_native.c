@@ -516,6 +516,7 @@ PyObject *ctxcache_fd_send(PyObject *self, PyObject *args);       /* ctxcache_en
 PyObject *ctxcache_fd_recv(PyObject *self, PyObject *args);
 int ctxcache_add_order(PyObject *m);                            /* ctxcache_order.c: the LRU/FIFO order */
 int ctxcache_add_blocks(PyObject *m);                           /* ctxcache_blocks*.c: the block table */
+int ctxcache_add_replay(PyObject *m);                           /* ctxcache_replay*.c: the simulator's loops */
 
 static PyMethodDef methods[] = {
     {"token_bytes", token_bytes, METH_O, "as_token_array(tokens).tobytes(), or None: let keys.py decide."},
@@ -551,7 +552,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (m == NULL) return NULL;
     if (PyModule_AddStringConstant(m, "XXH_VERSION", "0.8.2") < 0 ||
         PyModule_AddStringConstant(m, "BLAKE3_VERSION", BLAKE3_VERSION_STRING) < 0 || ctxcache_add_order(m) < 0 ||
-        ctxcache_add_blocks(m) < 0) {
+        ctxcache_add_blocks(m) < 0 || ctxcache_add_replay(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

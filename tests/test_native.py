@@ -291,6 +291,7 @@ def test_use_native_switches_later_hashers(monkeypatch):
     accel.use_native(True)
     assert BlockHasher(4)._native is native and accel.describe()["key_walk"] == "native"
     assert accel.describe()["lru_fifo_order"] == "native"
+    assert accel.describe()["sim_replay"] == "native"
 
 
 @active

@@ -28,7 +28,8 @@ SRC = ROOT / "native"
 BLAKE3 = SRC / "vendor" / "blake3"
 OBJ = ROOT / "build" / "native"
 OUT = ROOT / "src" / "ctxcache" / f"_native{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
-CFLAGS = ["-O3", "-fPIC", "-std=gnu11", "-fvisibility=hidden", "-DNDEBUG"]
+# -ffp-contract=off: no fused multiply-adds, so the replay loops' float steps round as Python's do.
+CFLAGS = ["-O3", "-fPIC", "-std=gnu11", "-fvisibility=hidden", "-DNDEBUG", "-ffp-contract=off"]
 X86_ASM = ["sse2", "sse41", "avx2", "avx512"]
 
 
@@ -42,6 +43,12 @@ def sources() -> tuple[list[Path], list[str]]:
         SRC / "ctxcache_order.c",
         SRC / "ctxcache_blocks.c",
         SRC / "ctxcache_blocks_py.c",
+        SRC / "ctxcache_replay.c",
+        SRC / "ctxcache_replay_queues.c",
+        SRC / "ctxcache_replay_reuse.c",
+        SRC / "ctxcache_replay_scored.c",
+        SRC / "ctxcache_replay_wtinylfu.c",
+        SRC / "ctxcache_replay_prefix.c",
         *(BLAKE3 / f for f in ("blake3.c", "blake3_dispatch.c", "blake3_portable.c")),
     ]
     machine = platform.machine().lower()

@@ -3,6 +3,8 @@
 # stored_run: the KV events' per-block loop (native/ctxcache_events.c; events/watch.py's stored_run_py is the reference).
 # Order: the LRU/FIFO order (native/ctxcache_order.c; policies/base.py's OrderedPolicy is the reference).
 # BlockTable: blocks by slot id (native/ctxcache_blocks*.c; blocktable.py's PyBlockTable is the reference).
+# replay_*: the simulator's object-semantics loops (native/ctxcache_replay*.c; each policy's reference is
+# Policy.replay_object, policies/replay.py): each fills the fresh policy's empty containers it is given.
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
@@ -107,3 +109,70 @@ class BlockTable:
     def memory_bytes(self) -> int: ...
     def __contains__(self, key: object, /) -> bool: ...
     def __len__(self) -> int: ...
+
+def replay_2q(
+    requests: list[Any], capacity: int, kin: int, kout: int, ain: Any, aout: Any, am: Any, /
+) -> int | None: ...
+def replay_arc(
+    requests: list[Any], capacity: int, c: int, p: float, t1: Any, t2: Any, b1: Any, b2: Any, /
+) -> tuple[int, float] | None: ...
+def replay_lfu(
+    requests: list[Any], capacity: int, count: dict[Any, int], buckets: dict[int, Any], bucket_type: type, /
+) -> tuple[int, int] | None: ...
+def replay_s3fifo(
+    requests: list[Any],
+    capacity: int,
+    limits: tuple[int, int, int],
+    move_threshold: int,
+    max_freq: int,
+    small: Any,
+    main: Any,
+    ghost: Any,
+    freq: dict[Any, int],
+    /,
+) -> tuple[int, bool] | None: ...
+def replay_lirs(
+    requests: list[Any], capacity: int, lir_limit: int, s_limit: int, s: Any, q: Any, nh: Any, status: dict[Any, int], /
+) -> tuple[int, int] | None: ...
+def replay_belady(
+    requests: list[Any], capacity: int, future: list[int], seq0: int, entry: dict[Any, int], /
+) -> tuple[int, list[tuple[int, int, Any]], int, int] | None: ...
+def replay_lfu_decay(
+    requests: list[Any],
+    capacity: int,
+    decay: float,
+    seq0: int,
+    entry: dict[Any, int],
+    s: dict[Any, float],
+    t0: float | None,
+    now: float,
+    growth: float,
+    /,
+) -> tuple[int, list[tuple[float, int, Any]], int, float | None, float, float] | None: ...
+def replay_wtinylfu(
+    requests: list[Any],
+    capacity: int,
+    sizes: tuple[int, int, int],
+    width: int,
+    depth: int,
+    halve_at: int,
+    fast: bool,
+    doorkeeper: bool,
+    win: Any,
+    prob: Any,
+    prot: Any,
+    doomed: Any,
+    idx: dict[Any, list[int]],
+    /,
+) -> tuple[int, list[int], bytearray | None, int, tuple[Any, int] | None, dict[int, Any], int, int] | None: ...
+def replay_prefix_aware(
+    requests: list[Any],
+    capacity: int,
+    params: tuple[Any, ...],
+    classes: int,
+    mid: list[float],
+    seq0: int,
+    meta: dict[Any, list[Any]],
+    ghost: Any,
+    /,
+) -> tuple[int, tuple[Any, ...]] | None: ...

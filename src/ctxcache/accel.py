@@ -1,10 +1,11 @@
-"""Which key walk and LRU/FIFO order run: the compiled ``ctxcache._native`` or the pure Python.
+"""Which key walk, LRU/FIFO order and simulator loops run: compiled (``ctxcache._native``) or Python.
 
 Chosen once, at import: the compiled module when it was built (``make install`` builds it:
 tools/build_native.py) and ``CTXCACHE_NO_NATIVE`` is unset, else the pure-Python walk (keys.py) and
 order (policies/base.py's OrderedPolicy), which stay the references (tests/test_native.py and
 tests/policies/test_native_order.py check one against the other). ``use_native(False)`` (the CLI's
 ``--no-native``) switches later hashers and policies to the fallback; each keeps what it was made with.
+The simulator's compiled replay loops (policies/replay.py's ``native_replay``) are looked up per replay.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def describe() -> dict[str, Any]:
     """For ``ctxcache version`` and ``serve --print-config``: which walk runs, and why."""
     out: dict[str, Any] = {"key_walk": "native" if native is not None else "python", "reason": reason}
     out["lru_fifo_order"] = "native" if getattr(native, "Order", None) is not None else "python"
+    # The simulator's per-policy loops (policies/replay.py's native_replay; the Python loops otherwise).
+    out["sim_replay"] = "native" if getattr(native, "replay_arc", None) is not None else "python"
     if native is not None:
         out["module"] = native.__file__
         out["xxhash"], out["blake3"] = native.XXH_VERSION, native.BLAKE3_VERSION

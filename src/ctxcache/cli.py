@@ -61,6 +61,7 @@ def version() -> None:
     d = accel.describe()
     console.print(f"key walk: {d['key_walk']} ({d['reason']})", highlight=False)
     console.print(f"LRU/FIFO order: {d['lru_fifo_order']}", highlight=False)
+    console.print(f"simulator replay loops: {d['sim_replay']}", highlight=False)
 
 
 @app.command()

@@ -11,11 +11,13 @@ from __future__ import annotations
 import itertools
 import random
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
+from ctxcache import accel
 from ctxcache.policies import POLICIES, Policy, make_policy, policy_names
 from ctxcache.policies.base import as_offline
 from ctxcache.sim.simulator import Trace, _make, _TraceClock
@@ -84,7 +86,7 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
 
 
 def _run(
-    name: str, trace: Trace, cap: int, fused: bool, params: dict[str, Any] | None = None
+    name: str, trace: Trace, cap: int, fused: bool, params: dict[str, Any] | None = None, twice: bool = False
 ) -> tuple[int, dict[str, Any], list[Any]]:
     clock = _TraceClock()
     pol = _make({"name": name, **(params or {})}, clock, cap)
@@ -92,29 +94,89 @@ def _run(
     fut = as_offline(pol)
     if fut is not None:
         fut.set_future(trace.next_use)
-    if fused:
-        misses = pol.replay_object(trace.requests, cap, clock)
-    else:
-        misses = Policy.replay_object(pol, trace.requests, cap, clock)
+    misses = 0
+    for _ in range(2 if twice else 1):
+        if fused:
+            misses += pol.replay_object(iter(trace.requests) if twice else trace.requests, cap, clock)
+        else:
+            misses += Policy.replay_object(pol, trace.requests, cap, clock)
     state = _state(pol)
     drained = [pol.evict(None) for _ in range(len(pol) + 1)]
     return misses, state, drained
 
 
+@pytest.fixture(params=["native", "python"])
+def loops(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each test twice: with the compiled replay loops (native/ctxcache_replay*.c) where built, and
+    with the Python fused loops alone (``accel.native`` off, as CTXCACHE_NO_NATIVE=1 has it)."""
+    saved = accel.native
+    if request.param == "native" and not any(n.startswith("replay_") for n in dir(saved)):
+        pytest.skip("ctxcache._native is not built, or predates the replay loops (tools/build_native.py)")
+    if request.param == "python":
+        accel.native = None
+    try:
+        yield request.param
+    finally:
+        accel.native = saved
+
+
+def _same(name: str, trace: Trace, cap: int, params: dict[str, Any], *why: Any) -> None:
+    ref = _run(name, trace, cap, False, params)
+    got = _run(name, trace, cap, True, params)
+    assert got[0] == ref[0], (name, cap, params, *why, "misses")
+    assert got[1] == ref[1], (name, cap, params, *why, "state")
+    assert got[2] == ref[2], (name, cap, params, *why, "eviction order after the replay")
+
+
 @pytest.mark.parametrize("name", FUSED)
 @pytest.mark.parametrize("seed", range(6))
-def test_fused_loop_matches_the_reference(name: str, seed: int) -> None:
+def test_fused_loop_matches_the_reference(name: str, seed: int, loops: str) -> None:
     rng = random.Random(seed * 7919 + len(name))
     trace = _trace(rng, 400, rng.choice([30, 300, 3000]), dense=seed % 2 == 0)
     for cap in (1, 2, 3, 7, 20, 64, 150):
         if name == "w-tinylfu" and cap < 2:
             continue
         for params in [{}, *VARIANTS.get(name, [])]:
-            ref = _run(name, trace, cap, False, params)
-            got = _run(name, trace, cap, True, params)
-            assert got[0] == ref[0], (name, cap, params, "misses")
-            assert got[1] == ref[1], (name, cap, params, "state")
-            assert got[2] == ref[2], (name, cap, params, "eviction order after the replay")
+            _same(name, trace, cap, params)
+
+
+@pytest.mark.parametrize("name", FUSED)
+def test_odd_keys_and_a_second_replay(name: str, loops: str) -> None:
+    """Keys the compiled loops map through a dict (big, negative, str, and ints equal to floats and
+    bools), times that are ints or numpy floats, requests from a generator, and a second replay over
+    the state the first one left (not fresh: the Python fused loop, or the reference)."""
+    rng = random.Random(len(name))
+    base = _trace(rng, 300, 200, dense=False)
+    odd: list[Any] = [1 << 40, -3, "a", "b", 1.0, True, (2, 3), 7]
+    blocks = [tuple(b if b % 9 else odd[b % len(odd)] for b in r.blocks) for r in base.requests]
+    times = [int(r.time) if i % 2 else np.float64(r.time) for i, r in enumerate(base.requests)]
+    reqs = [
+        Request(time=t, input_length=r.input_length, output_length=1, blocks=bl)
+        for r, bl, t in zip(base.requests, blocks, times)
+    ]
+    for cap in (2, 5, 40):
+        for trace in (base, _OddTrace(reqs)):
+            _same(name, trace, cap, {}, "odd keys" if trace is not base else "")
+            ref = _run(name, trace, cap, False, {}, twice=True)
+            got = _run(name, trace, cap, True, {}, twice=True)
+            assert got[:2] == ref[:2], (name, cap, "second replay")
+
+
+class _OddTrace(Trace):
+    """A trace whose keys need not be ints (no numpy stream); Belady gets a next-use list."""
+
+    def __init__(self, requests: list[Request]) -> None:
+        self.requests = requests
+        ids = [b for r in requests for b in r.blocks]
+        nxt, last = [1 << 62] * len(ids), {}  # type: ignore[var-annotated]
+        for i in range(len(ids) - 1, -1, -1):
+            nxt[i] = last.get(ids[i], 1 << 62)
+            last[ids[i]] = i
+        self._next_use = np.array(nxt, dtype=np.int64)
+
+    @property
+    def next_use(self) -> np.ndarray:
+        return self._next_use
 
 
 def test_a_subclass_that_changes_a_hook_gets_the_reference_loop() -> None:

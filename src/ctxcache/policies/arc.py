@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 from ..errors import ConfigError
 from .base import CanEvict, Key, Policy
 from .registry import register
+from .replay import native_replay
 
 _NONE: Any = object()
 
@@ -140,6 +141,16 @@ class ARC(Policy):
         inlined = ("_adapt", "_probe_in_b2", "_order")
         if self.capacity is None or self._probe is not _NONE or not self.fused_ok(ARC, *inlined):
             return super().replay_object(requests, capacity, clock)
+        t1, t2, b1, b2 = self._t1, self._t2, self._b1, self._b2
+        if not (t1 or t2 or b1 or b2):  # fresh: the compiled loop, when built
+            out, requests = native_replay("arc", requests, clock, capacity, self._c, self.p, t1, t2, b1, b2)
+            if out is not None:
+                misses, self.p = out
+                return int(misses)
+        return self._replay_fused(requests, capacity, clock)
+
+    def _replay_fused(self, requests: Iterable[Any], capacity: int, clock: Any) -> int:
+        """``replay_object``'s Python loop (without the compiled one, or over a used instance)."""
         t1, t2, b1, b2 = self._t1, self._t2, self._b1, self._b2
         c, p = self._c, self.p
         fc, c2 = float(c), 2 * c

@@ -23,6 +23,7 @@ import numpy as np
 
 from .base import CanEvict, Key, ScoredPolicy
 from .registry import register
+from .replay import native_replay
 
 _NEVER = float(np.iinfo(np.int64).max)
 _M40, _S80 = (1 << 40) - 1, 1 << 80
@@ -113,6 +114,15 @@ class Belady(ScoredPolicy):
         fut = self._future
         if fut is None or self._aside or not self.fused_ok(Belady, "_score", "_forget", "_take", "_put_back"):
             return super().replay_object(requests, capacity, clock)
+        if not (self._entry or self._heap):  # fresh: the compiled loop, when built
+            seq0 = next(self._seq)
+            out, requests = native_replay("belady", requests, clock, capacity, fut, seq0, self._entry)
+            self._seq = itertools.count(seq0 if out is None else out[2])
+            if out is not None:
+                misses, self._heap, _, n = out
+                if n:
+                    self.position = n - 1
+                return int(misses)
         reqs = requests if isinstance(requests, list) else list(requests)
         keys = list(itertools.chain(self._entry, itertools.chain.from_iterable(r.blocks for r in reqs)))
         seq0 = next(self._seq)

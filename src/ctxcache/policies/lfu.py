@@ -19,6 +19,7 @@ from typing import Any
 
 from .base import CanEvict, Key, Policy
 from .registry import register
+from .replay import native_replay
 
 
 @register
@@ -107,7 +108,13 @@ class LFU(Policy):
         for the next count up that ``_unlink`` does when the victim empties its bucket is skipped."""
         if not self.fused_ok(LFU, "_unlink", "_victim", "_counts_from"):
             return super().replay_object(requests, capacity, clock)
-        count, buckets, low = self._count, self._buckets, self._min
+        count, buckets = self._count, self._buckets
+        if not (count or buckets):  # fresh: the compiled loop, when built
+            out, requests = native_replay("lfu", requests, clock, capacity, count, buckets, OrderedDict)
+            if out is not None:
+                misses, self._min = out
+                return int(misses)
+        low = self._min
         get = buckets.get
         ones = get(1)  # count 1's bucket (most keys), kept at hand while it exists
         misses = resident = 0

@@ -15,6 +15,7 @@ up past the keys it tied with or beat and is not asked again on every call while
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from ..errors import ConfigError
 from .base import Key, ScoredPolicy
 from .registry import register
+from .replay import native_replay
 
 _REBASE = 600.0  # rebase when decay * (now - t0) exceeds this: e^600 is far from overflow
 
@@ -79,6 +81,14 @@ class LFUDecay(ScoredPolicy):
         the request calls it: after that access's eviction."""
         if not self.fused_ok(LFUDecay, "_score", "_forget", "_push", "_find", "_factor", "_rebase", "_refused"):
             return super().replay_object(requests, capacity, clock)
+        if not (self._entry or self._heap or self._s) and self.clock is clock:  # fresh: compiled, when built
+            seq0 = next(self._seq)
+            args = (capacity, self.decay, seq0, self._entry, self._s, self._t0, self._now, self._growth)
+            out, requests = native_replay("lfu_decay", requests, clock, *args)
+            self._seq = itertools.count(seq0 if out is None else out[2])
+            if out is not None:
+                misses, self._heap, _, self._t0, self._now, self._growth = out
+                return int(misses)
         entry, nxt = self._entry, self._seq.__next__
         push, pop, heapify = heapq.heappush, heapq.heappop, heapq.heapify
         heap, sc, g = self._heap, self._s, self._growth

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from ..errors import ConfigError
 from .base import CanEvict, Key, Policy
 from .registry import register
+from .replay import native_replay
 
 LIR, HIR = 0, 1
 
@@ -141,6 +142,12 @@ class LIRS(Policy):
         if self.capacity is None or not self.fused_ok(LIRS, "_prune", "_demote_bottom", "_evict_lir", "_set_limits"):
             return super().replay_object(requests, capacity, clock)
         s, q, nh, status = self._s, self._q, self._nh, self._status
+        if not (s or q or nh or status or self._lirs):  # fresh: the compiled loop, when built
+            args = (capacity, self._lir_limit, self._s_limit, s, q, nh, status)
+            out, requests = native_replay("lirs", requests, clock, *args)
+            if out is not None:
+                misses, self._lirs = out
+                return int(misses)
         lir_limit, s_limit = self._lir_limit, self._s_limit
         s_move, q_pop, nh_pop = s.move_to_end, q.popitem, nh.popitem
         on_hit, on_insert = self.on_hit, self.on_insert

@@ -28,15 +28,18 @@ import heapq
 import itertools
 import math
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any
 
 from ..errors import ConfigError
 from .base import CanEvict, Key, Policy
 from .registry import register
+from .replay import native_replay
 
 _Head = tuple[float, float, int, Key, int]  # value, last access, heap seq, key, class
 _NBINS = 30  # half-octave age bins: [0, 1), [1, 1.41), ... up to ~2^14.5 s
 _MID = [0.5] + [2.0 ** ((b - 0.5) / 2.0) for b in range(1, _NBINS)]  # representative age per bin
+_INLINED = ("_ended", "_refit", "_push", "_count", "_count_insert", "_touch", "_flush", "_head", "_valued", "_choose")
 
 
 def _bin(age: float) -> int:
@@ -324,6 +327,30 @@ class PrefixAware(Policy):
         dirty.add(best[4])
         self._ghost[key] = (meta[0], meta[1], meta[2], now)
         return key
+
+    def replay_object(self, requests: Iterable[Any], capacity: int, clock: Any) -> int:
+        """``Policy.replay_object`` by the compiled loop (native/ctxcache_replay_prefix.c) for a fresh
+        instance, no index attached (same misses, same state); else the reference loop."""
+        ok = self._fresh() and self.clock is clock and type(self.update_every) is int
+        if ok and self.fused_ok(PrefixAware, *_INLINED):
+            names = ("max_count", "freq_half_life", "new_edges", "shared_count", "cost_weight", "horizon", "margin",
+                     "ghost_factor", "prior", "update_every", "decay", "warmup")  # fmt: skip
+            params, seq0 = tuple(getattr(self, k) for k in names), next(self._seq)
+            args = (capacity, params, len(self._heaps), _MID, seq0, self._meta, self._ghost)
+            out, requests = native_replay("prefix_aware", requests, clock, *args)
+            self._seq = itertools.count(seq0 if out is None else out[1][10])
+            if out is not None:
+                misses, state = out
+                self._hist, self._unused, self._hd, self._events, self._learned, self._tau = state[:6]
+                self._ins_n, self._ins_t0, self._ins_last, self._heaps, _, self._hv, dirty, hv_time = state[6:]
+                self._dirty, self._hv_key = set(dirty), (hv_time, None)
+                return int(misses)
+        return super().replay_object(requests, capacity, clock)
+
+    def _fresh(self) -> bool:
+        used = bool(self._meta or self._ghost or self._pending or self._dirty or self._events or self._ins_n)
+        used = used or any(self._heaps) or any(self._hv) or self._tau != 0 or self._index is not None
+        return not used and math.isnan(self._ins_t0) and self._hv_key[0] == -math.inf
 
     def __len__(self) -> int:
         return len(self._meta)

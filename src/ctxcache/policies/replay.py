@@ -1,11 +1,14 @@
 """The simulator's object-semantics loop through a policy's public methods: the reference that
 ``Policy.replay_object`` runs and that each policy's fused loop must match (docs/ARCHITECTURE.md,
-"Fused simulator loops"; tests/sim/test_replay_fused.py)."""
+"Fused simulator loops"; tests/sim/test_replay_fused.py). Also the entry to the compiled loops
+(``native_replay``)."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 from typing import Any, Protocol
+
+from .. import accel
 
 
 class Replayable(Protocol):  # the Policy methods the loop calls (base.py imports this module)
@@ -51,3 +54,19 @@ def replay_reference(policy: Replayable, fut: Any, requests: Iterable[Any], capa
                 resident += 1
             insert(b)
     return misses
+
+
+def native_replay(name: str, requests: Iterable[Any], clock: Any, *args: Any) -> tuple[Any, Iterable[Any]]:
+    """Run ``_native.replay_<name>(requests, *args)`` (native/ctxcache_replay*.c: the policy's loop
+    over a fresh instance, its containers, passed in ``args``, filled as the reference leaves them)
+    when the compiled module is built and on. Returns (its answer, the requests as a list), or
+    (None, the requests) when it is off or declined (a key or time it does not take), and then the
+    caller runs its Python loop over the list it got back; nothing was changed."""
+    fn = getattr(accel.native, "replay_" + name, None)
+    if fn is None:
+        return None, requests
+    reqs = requests if isinstance(requests, list) else list(requests)
+    out = fn(reqs, *args)
+    if out is not None and reqs:
+        clock.t = reqs[-1].time
+    return out, reqs

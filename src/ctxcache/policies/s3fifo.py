@@ -28,6 +28,7 @@ from typing import Any
 from ..errors import ConfigError
 from .base import CanEvict, Key, Policy
 from .registry import register
+from .replay import native_replay
 
 
 @register
@@ -164,6 +165,18 @@ class S3FIFO(Policy):
         if self._fixed is None or not self.fused_ok(S3FIFO, "_evict_small", "_evict_main", "_limits"):
             return super().replay_object(requests, capacity, clock)
         small, main, ghost, freq = self._small, self._main, self._ghost, self._freq
+        if not (small or main or ghost or freq or self._evicted):  # fresh: the compiled loop, when built
+            args = (capacity, self._fixed, self.move_threshold, self.max_freq, small, main, ghost, freq)
+            out, requests = native_replay("s3fifo", requests, clock, *args)
+            if out is not None:
+                misses, self._evicted = out
+                return int(misses)
+        return self._replay_fused(requests, capacity, clock)
+
+    def _replay_fused(self, requests: Iterable[Any], capacity: int, clock: Any) -> int:
+        """``replay_object``'s Python loop (without the compiled one, or over a used instance)."""
+        small, main, ghost, freq = self._small, self._main, self._ghost, self._freq
+        assert self._fixed is not None
         small_cap, main_cap, ghost_cap = self._fixed
         threshold, top = self.move_threshold, self.max_freq
         small_pop, main_pop, ghost_pop, ghost_popitem = small.popitem, main.popitem, ghost.pop, ghost.popitem

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from ..errors import ConfigError
 from .base import CanEvict, Key, Policy
 from .registry import register
+from .replay import native_replay
 
 
 @register
@@ -114,6 +115,11 @@ class TwoQ(Policy):
         """``Policy.replay_object``'s loop with this class's methods inlined (same misses, same state)."""
         if self.capacity is None or not self.fused_ok(TwoQ, "_order", "_pop_allowed", "_set_limits"):
             return super().replay_object(requests, capacity, clock)
+        if not (self._ain or self._aout or self._am):  # fresh: the compiled loop, when built
+            args = (capacity, self._kin, self._kout, self._ain, self._aout, self._am)
+            misses, requests = native_replay("2q", requests, clock, *args)
+            if misses is not None:
+                return int(misses)
         ain, aout, am = self._ain, self._aout, self._am
         kin, kout = self._kin, self._kout
         kout1 = kout + 1

@@ -28,13 +28,14 @@ from __future__ import annotations
 import copy
 import math
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 import numpy as np
 import xxhash
 
 from ..errors import ConfigError
+from . import wtinylfu_replay
 from .base import CanEvict, Key, Policy
 from .registry import register
 
@@ -251,6 +252,10 @@ class WTinyLFU(Policy):
             if key in q:
                 return name
         return "doomed" if key in self._doomed else None
+
+    def replay_object(self, requests: Iterable[Any], capacity: int, clock: Any) -> int:
+        """The compiled loop for a fresh instance, else the reference (policies/wtinylfu_replay.py)."""
+        return wtinylfu_replay.replay(self, WTinyLFU, requests, capacity, clock)
 
     # -- eviction -------------------------------------------------------------------------------
     def _to_main(self, key: Key) -> None:
