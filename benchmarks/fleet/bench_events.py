@@ -122,8 +122,8 @@ def _events_cpu() -> float:
     return total
 
 
-def store_overhead(url: str, rounds: int, stores: int) -> dict[str, Any]:
-    off, on = _cache(), _cache()
+def store_overhead(url: str, rounds: int, stores: int, capacity: str = "4GiB") -> dict[str, Any]:
+    off, on = _cache(capacity), _cache(capacity)
     rt = start_events(on, {"enabled": True, "url": url, "worker": "bench-on", "prefix": "bench:ov:", "consume": False})
     assert rt is not None
     payloads = [b"x" * 1024] * 16
@@ -197,6 +197,19 @@ def store_cpu(url: str, rounds: int, stores: int, capacity: str = "4GiB") -> dic
         "all_cpu_overhead_pct": round(100 * (c_on + ev - c_off) / c_off, 2), "rounds": rounds, "stores_per_round": stores,
     "capacity": capacity,
     }  # fmt: skip
+
+
+def all_cpu(res: dict[str, Any]) -> dict[str, float]:
+    """A store's CPU with events on, all of it: the request thread's (``request_thread``: the
+    round figure swings by +-10 % with where the GC's full collections land) plus the events'
+    threads' (``store_cpu``), over a store's CPU without events; a tier with room and a full one."""
+    out: dict[str, float] = {}
+    for name, rt, cpu in (("room", "request_thread", "store_cpu"), ("full", "request_thread_full", "store_cpu_full")):
+        more, ev, base = (res[rt]["request_thread_cpu_us_more"], res[cpu]["events_threads_cpu_us_per_store"],
+                          res[rt]["cpu_us_off"])  # fmt: skip
+        out[f"{name}_us"] = round(more + ev, 2)
+        out[f"{name}_pct"] = round(100 * (more + ev) / base, 2)
+    return out
 
 
 def request_thread(rounds: int, stores: int, capacity: str = "4GiB") -> dict[str, Any]:
@@ -350,6 +363,7 @@ def _plot(res: dict[str, Any], path: Path) -> None:
 
 PARTS: dict[str, Any] = {
     "store_overhead": store_overhead, "store_cpu": store_cpu,
+    "store_overhead_full": lambda url, r, n: store_overhead(url, r, n, "8MiB"),
     "store_cpu_full": lambda url, r, n: store_cpu(url, r, n, "8MiB"),
     "request_thread": lambda url, r, n: request_thread(r, n),
     "request_thread_full": lambda url, r, n: request_thread(r, n, "8MiB"),
@@ -362,7 +376,7 @@ def _only(a: argparse.Namespace) -> None:
     proc, url = _redis(work)
     try:
         same = (a.rounds, a.stores)
-        args = {"store_overhead": same, "store_cpu": same, "store_cpu_full": same, "request_thread": same,
+        args = {"store_overhead": same, "store_overhead_full": same, "store_cpu": same, "store_cpu_full": same, "request_thread": same,
                 "request_thread_full": same, "visibility": (a.visible, a.rate),
                 "throughput": (a.batches,), "snapshot": (a.blocks,)}[a.only]  # fmt: skip
         print(json.dumps({"bench": "events", a.only: PARTS[a.only](url, *args)}))
@@ -392,16 +406,24 @@ def main() -> None:
     try:
         res: dict[str, Any] = {"bench": "events"}
         res["store_overhead"] = store_overhead(url, a.rounds, a.stores)
+        res["store_overhead_full"] = store_overhead(url, a.rounds, a.stores, "8MiB")
         res["store_cpu"] = store_cpu(url, a.rounds, a.stores)
         res["store_cpu_full"] = store_cpu(url, a.rounds, a.stores, "8MiB")
         res["request_thread"] = request_thread(8, 2000)
         res["request_thread_full"] = request_thread(8, 2000, "8MiB")
+        res["store_all_cpu"] = all_cpu(res)
         res["visibility"] = visibility(url, a.visible, a.rate)
         res["throughput"] = throughput(url, a.batches)
         res["snapshot"] = snapshot_rebuild(url, a.blocks)
         res["goals_met"] = {
-            "store_overhead_le_5pct": res["store_overhead"]["overhead_pct"] <= 5.0,
-            "store_all_cpu_le_5pct": res["store_cpu"]["all_cpu_overhead_pct"] <= 5.0,
+            # the issue's measure: a store's cost (wall), a RAM tier with room and a full one
+            "store_overhead_le_5pct": res["store_overhead"]["overhead_pct"] <= 5.0
+            and res["store_overhead_full"]["overhead_pct"] <= 5.0,
+            "store_request_thread_cpu_le_5pct": res["request_thread"]["request_thread_cpu_overhead_pct"] <= 5.0
+            and res["request_thread_full"]["request_thread_cpu_overhead_pct"] <= 5.0,
+            # stricter: the events' background threads' CPU charged to the store too (docs/events.md)
+            "store_all_cpu_le_5pct": res["store_all_cpu"]["room_pct"] <= 5.0
+            and res["store_all_cpu"]["full_pct"] <= 5.0,
             "visible_p99_le_50ms": res["visibility"]["p99_ms"] <= 50.0,
             "consumer_ge_100k_per_core": res["throughput"]["events_per_cpu_s"] >= 100_000,
             "snapshot_1m_le_5s": res["snapshot"]["rebuild_s"] <= 5.0,

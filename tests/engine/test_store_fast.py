@@ -52,6 +52,8 @@ class Recorder:
         self.run: list[Any] | None = None
         self.run_pos = 0
         self.depth = 0
+        self.xrun: list[Any] | None = None
+        self.xkey = None  # no runs of removals: each one told
 
     def _close(self) -> None:
         if self.run is not None:

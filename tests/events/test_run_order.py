@@ -87,3 +87,20 @@ def test_the_reason_a_pass_hands_over_is_the_one_the_index_gives(tmp_path):
             cache.release(cache.lookup(list(range(base, base + 8))))
     cache.close()
     assert {"evicted", "demoted"} <= set(Checked.checked) and len(Checked.checked) > 200
+
+
+def test_a_slot_appends_to_the_open_removal_run_only_for_its_tier_and_reason():
+    watch = _watch()
+    e, slot = watch.e, watch.e.slots[0]
+    for k in (K1, K2, K3):
+        slot.charge(k, "t", 10)  # depth 0: an "a" record each
+    watch.em._records.clear()
+    watch.begin()
+    slot.evicted(K1, "evicted")  # opens the run: the slot appends the next ones itself
+    with e.leaving_as("erased"):  # an erasure's reason wins over the pass's
+        slot.evicted(K2, "evicted")
+    slot.evicted(K3, "demoted")  # another reason: its own run
+    watch.end()
+    assert [(r[0], tuple(r[2]), r[3]) for r in watch.em._records] == [
+        ("X", (K1,), "evicted"), ("X", (K2,), "erased"), ("X", (K3,), "demoted")
+    ]

@@ -156,6 +156,9 @@ class Engine:
     def leaving_as(self, reason: str) -> Iterator[None]:
         """Under the lock: blocks that leave tiers meanwhile leave for ``reason`` (erased, expired)."""
         before, self.leaving = self.leaving, reason
+        for slot in self.slots:  # slots append to an open run of removals only under no reason (Watcher.xkey)
+            if slot.watch is not None:
+                slot.watch.xkey = None
         try:
             yield
         finally:

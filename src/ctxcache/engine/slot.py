@@ -43,6 +43,10 @@ class Watcher(Protocol):
     # ``run`` by the slot itself, not told through ``admitted``: a call less per stored block.
     run: list[Hashable] | None
     run_pos: int
+    # While a run of removals is open and a room-making pass may add to it, ``xkey`` is its
+    # (tier, reason): the slot appends a key leaving for that reason to ``xrun`` itself.
+    xrun: list[Hashable] | None
+    xkey: tuple[int, str] | None
 
     def admitted(self, pos: int, key: Hashable) -> None: ...
 
@@ -221,8 +225,12 @@ class Slot:
     def _uncharge(self, key: Hashable, why: str = "") -> None:
         got = self.owners.pop(key, None)
         if got is not None:
-            if self.watch is not None:
-                self.watch.left(self.pos, key, why)
+            w = self.watch
+            if w is not None:
+                if why and w.xkey == (self.pos, why) and w.xrun is not None:
+                    w.xrun.append(key)  # a room-making pass's removal: the open run's (Watcher)
+                else:
+                    w.left(self.pos, key, why)
             left = self.by_tenant.get(got[0], 0) - got[1]
             if left > 0:
                 self.by_tenant[got[0]] = left

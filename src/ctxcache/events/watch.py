@@ -76,6 +76,7 @@ class EngineWatch:
         # preceded); a key stored in the open run that leaves closes both first (``_in_run``).
         self.xrun: list[Hashable] | None = None
         self.xrun_pos, self.xrun_reason = 0, ""
+        self.xkey: tuple[int, str] | None = None  # (pos, reason) while slots may append to ``xrun`` (Watcher)
         self._run_keys: set[Hashable] = set()  # the open run's keys, its first ``_run_read`` of them
         self._run_read = 0
         self._xruns = True  # False: a record per removal (the tests' reference)
@@ -118,7 +119,7 @@ class EngineWatch:
         has an "x" record after the run, and ``stored_run`` looks that one up at flush as before."""
         xrun = self.xrun
         if xrun is not None:
-            self.xrun = None
+            self.xrun = self.xkey = None
             self._add(("X", self.xrun_pos, xrun, self.xrun_reason))
         run = self.run
         if run is not None:
@@ -173,6 +174,7 @@ class EngineWatch:
             self._close()
         if self._depth and self._chains and not slow:
             self.run, self.run_pos = [key], pos
+            self.xkey = None  # a removal now may be of a key of this run: ``left`` looks
             return
         if self.xrun is not None:
             self._close()  # a lone record: the removals before it go first
@@ -202,10 +204,13 @@ class EngineWatch:
             if pos == self.xrun_pos and reason == self.xrun_reason:
                 xrun.append(key)  # the hot path: one eviction of a room-making pass
                 return
-            self.xrun = None
+            self.xrun = self.xkey = None
             self._add(("X", self.xrun_pos, xrun, self.xrun_reason))
         if self._depth and self._xruns:
             self.xrun, self.xrun_pos, self.xrun_reason = [key], pos, reason
+            # Slots may append to it while nothing else can interleave: no store run open (a
+            # removal of one of its keys must close it first) and no erasure's or expiry's reason.
+            self.xkey = (pos, reason) if self.run is None and not self.e.leaving else None
             return
         if self.run is not None:
             self._close()
