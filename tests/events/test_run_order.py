@@ -102,5 +102,7 @@ def test_a_slot_appends_to_the_open_removal_run_only_for_its_tier_and_reason():
     slot.evicted(K3, "demoted")  # another reason: its own run
     watch.end()
     assert [(r[0], tuple(r[2]), r[3]) for r in watch.em._records] == [
-        ("X", (K1,), "evicted"), ("X", (K2,), "erased"), ("X", (K3,), "demoted")
+        ("X", (K1,), "evicted"),
+        ("X", (K2,), "erased"),
+        ("X", (K3,), "demoted"),
     ]

@@ -86,6 +86,7 @@ def make_slots(tiers: Sequence[Tier], clock: Clock, block_size: int) -> list[Slo
     kinds = [t.slow for t in tiers]
     if kinds != sorted(kinds):
         raise ConfigError("tiers go fastest first: every memory tier before any disk or redis tier")
+    _unique_names(tiers)
     slots = []
     for i, tier in enumerate(tiers):
         tier.token_bytes = 4 * block_size
@@ -93,6 +94,23 @@ def make_slots(tiers: Sequence[Tier], clock: Clock, block_size: int) -> list[Slo
         slot.write = write_mode(tiers, i)
         slots.append(slot)
     return slots
+
+
+def _unique_names(tiers: Sequence[Tier]) -> None:
+    """A tier's name is its identity to everything outside the engine (KV events' ``tier``, metrics
+    labels, per-tier quotas, usage by tier, the erasure journal): two tiers of one kind left
+    unnamed, say a hot and a warm RAM tier, would be one tier there. The later ones get "-2", "-3"
+    (the first keeps the kind's name); a name given twice is a configuration error."""
+    taken: set[str] = set()
+    for i, tier in enumerate(tiers):
+        if tier.name in taken:
+            if tier.name != tier.kind:
+                raise ConfigError(f"tiers[{i}]: the name {tier.name!r} is taken by an earlier tier")
+            n = 2
+            while f"{tier.kind}-{n}" in taken or any(t.name == f"{tier.kind}-{n}" for t in tiers[i + 1 :]):
+                n += 1
+            tier.name = f"{tier.kind}-{n}"
+        taken.add(tier.name)
 
 
 def write_mode(tiers: Sequence[Tier], i: int) -> str:
