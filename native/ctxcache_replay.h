@@ -28,6 +28,17 @@ typedef struct {
  * returns None and Python runs its own loop) or -1 (exception set). */
 int rtrace_load(rtrace *t, PyObject *reqs, int want_time, int ints_only);
 void rtrace_free(rtrace *t);
+/* A replay function's start: ``rtrace t`` loaded from ``reqs`` and ``U`` its number of keys, or
+ * the function returns: NULL on an error, None where the compiled loop declines (Python runs its). */
+#define BEGIN_REPLAY(WANT_TIME, INTS_ONLY)                   \
+    rtrace t;                                                \
+    int rc_ = rtrace_load(&t, reqs, (WANT_TIME), (INTS_ONLY)); \
+    if (rc_) {                                               \
+        rtrace_free(&t);                                     \
+        if (rc_ < 0) return NULL;                            \
+        Py_RETURN_NONE;                                      \
+    }                                                        \
+    Py_ssize_t U = PyList_GET_SIZE(t.keys)
 /* The key of dense id k (borrowed). */
 #define RKEY(t, k) PyList_GET_ITEM((t)->keys, (k))
 

@@ -346,14 +346,8 @@ PyObject *ctxcache_replay_prefix_aware(PyObject *self, PyObject *args) {
     for (Py_ssize_t j = 0; j < P.n_edges; j++) P.edges[j] = PyFloat_AsDouble(PyTuple_GET_ITEM(edges, j));
     for (int j = 0; j < NB; j++) P.mid[j] = PyFloat_AsDouble(PyList_GET_ITEM(mid, j));
     if (PyErr_Occurred()) return NULL;
-    rtrace t;
-    int rc = rtrace_load(&t, reqs, 1, 0);
-    if (rc) {
-        rtrace_free(&t);
-        if (rc < 0) return NULL;
-        Py_RETURN_NONE;
-    }
-    Py_ssize_t U = PyList_GET_SIZE(t.keys), C = P.ncls;
+    BEGIN_REPLAY(1, 0);
+    Py_ssize_t C = P.ncls;
     int32_t *links[4] = {ralloc_ids(U), ralloc_ids(U), ralloc_ids(U), ralloc_ids(U)};
     P.in_meta = ralloc(U, 2);
     P.m_cls = ralloc(U, 2 * sizeof(int32_t));

@@ -5,16 +5,6 @@
  * the state that loop leaves; an OrderedDict is a dlist, a dict's insertion order a dlist too. */
 #include "ctxcache_replay.h"
 
-#define BEGIN_REPLAY(WANT_TIME, INTS_ONLY)                \
-    rtrace t;                                             \
-    int rc_ = rtrace_load(&t, reqs, WANT_TIME, INTS_ONLY); \
-    if (rc_) {                                            \
-        rtrace_free(&t);                                  \
-        if (rc_ < 0) return NULL;                         \
-        Py_RETURN_NONE;                                   \
-    }                                                     \
-    Py_ssize_t U = PyList_GET_SIZE(t.keys)
-
 /* ---- 2Q: A1in (FIFO), Am (LRU), A1out (ghost ids); one key is in at most one of them ---- */
 enum { Q_NONE, Q_AIN, Q_AM, Q_AOUT };
 

@@ -3,16 +3,6 @@
  * containers filled with the state the reference loop leaves. */
 #include "ctxcache_replay.h"
 
-#define BEGIN_REPLAY()                         \
-    rtrace t;                                  \
-    int rc_ = rtrace_load(&t, reqs, 0, 0);     \
-    if (rc_) {                                 \
-        rtrace_free(&t);                       \
-        if (rc_ < 0) return NULL;              \
-        Py_RETURN_NONE;                        \
-    }                                          \
-    Py_ssize_t U = PyList_GET_SIZE(t.keys)
-
 /* dict[key] = int value, in the order of `order` (a dict's insertion order). */
 static int fill_ints(PyObject *d, const dlist *order, const int32_t *val, const rtrace *t) {
     for (int32_t k = order->head; k >= 0; k = order->next[k]) {
@@ -70,7 +60,7 @@ PyObject *ctxcache_replay_s3fifo(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "On(nnn)nnOOOO", &reqs, &capacity, &small_cap, &S.main_cap, &ghost_cap, &S.threshold,
                           &S.top, &small_od, &main_od, &ghost_od, &freq_d))
         return NULL;
-    BEGIN_REPLAY();
+    BEGIN_REPLAY(0, 0);
     int32_t *prev = ralloc_ids(U), *next = ralloc_ids(U), *oprev = ralloc_ids(U), *onext = ralloc_ids(U);
     S.where = ralloc(U, 1);
     S.freq = ralloc(U, sizeof(int32_t));
@@ -251,7 +241,7 @@ PyObject *ctxcache_replay_lirs(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OnnnOOOO", &reqs, &capacity, &L.lir_limit, &L.s_limit, &s_od, &q_od, &nh_od,
                           &status_d))
         return NULL;
-    BEGIN_REPLAY();
+    BEGIN_REPLAY(0, 0);
     int32_t *ids[8] = {0};
     for (int j = 0; j < 8; j++) ids[j] = ralloc_ids(U);
     L.st = ralloc(U, 4);

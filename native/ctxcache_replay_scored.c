@@ -97,15 +97,11 @@ PyObject *ctxcache_replay_belady(PyObject *self, PyObject *args) {
     Py_ssize_t capacity;
     long long seq0;
     if (!PyArg_ParseTuple(args, "OnO!LO", &reqs, &capacity, &PyList_Type, &fut, &seq0, &entry_d)) return NULL;
-    rtrace t;
-    int rc = rtrace_load(&t, reqs, 0, 0);
-    if (rc == 0 && t.n > PyList_GET_SIZE(fut)) rc = 1; /* the reference would raise: let it */
-    if (rc) {
+    BEGIN_REPLAY(0, 0);
+    if (t.n > PyList_GET_SIZE(fut)) { /* the reference would raise: let it */
         rtrace_free(&t);
-        if (rc < 0) return NULL;
         Py_RETURN_NONE;
     }
-    Py_ssize_t U = PyList_GET_SIZE(t.keys);
     entries_t E = {0};
     ihp_t H = {NULL, 0, 0};
     int64_t *score = PyMem_Malloc((size_t)(t.n ? t.n : 1) * sizeof(int64_t));
@@ -203,14 +199,7 @@ PyObject *ctxcache_replay_lfu_decay(PyObject *self, PyObject *args) {
     D.has_t0 = t0_obj != Py_None;
     D.t0 = D.has_t0 ? PyFloat_AsDouble(t0_obj) : 0.0;
     if (D.t0 == -1.0 && PyErr_Occurred()) return NULL;
-    rtrace t;
-    int rc = rtrace_load(&t, reqs, 1, 0);
-    if (rc) {
-        rtrace_free(&t);
-        if (rc < 0) return NULL;
-        Py_RETURN_NONE;
-    }
-    Py_ssize_t U = PyList_GET_SIZE(t.keys);
+    BEGIN_REPLAY(1, 0);
     entries_t E = {0};
     dhp_t H = {NULL, 0, 0};
     D.s = ralloc(U, sizeof(double));

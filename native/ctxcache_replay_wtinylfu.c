@@ -298,14 +298,7 @@ PyObject *ctxcache_replay_wtinylfu(PyObject *self, PyObject *args) {
                           &W.depth, &W.halve_at, &W.fast, &doorkeeper, &ods[0], &ods[1], &ods[2], &ods[3], &idx_d))
         return NULL;
     if (W.width < 1 || W.depth < 1 || W.width > UINT32_MAX) Py_RETURN_NONE;
-    rtrace t;
-    int rc = rtrace_load(&t, reqs, 0, 1);
-    if (rc) {
-        rtrace_free(&t);
-        if (rc < 0) return NULL;
-        Py_RETURN_NONE;
-    }
-    Py_ssize_t U = PyList_GET_SIZE(t.keys);
+    BEGIN_REPLAY(0, 1);
     W.t = &t;
     W.top = -1;
     int32_t *prev = ralloc_ids(U), *next = ralloc_ids(U), *oprev = ralloc_ids(U), *onext = ralloc_ids(U);
