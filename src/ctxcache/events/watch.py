@@ -150,7 +150,7 @@ class EngineWatch:
                 self._add(("a", pos, key))
             return
         k0 = keys[0]
-        if k0.__class__ is bytes and sizes.count(sizes[0]) == len(sizes):
+        if type(k0) is bytes and sizes.count(sizes[0]) == len(sizes):
             # The usual store (a model's blocks are one size): ("k", pos, keys joined, width, parent,
             # size), atomic values only. Its lists were three more objects for the cyclic GC a store,
             # and the emitter read them cold, a pointer per key (docs/events.md, "Where the CPU went").
