@@ -130,3 +130,38 @@ def test_the_router_tokenizes_through_the_backend_not_the_transformers_call(side
 
     monkeypatch.setattr(type(router.tokenizer), "__call__", refuse)
     assert router.compute("openai", body, {"x-api-key": "sk-a"}) == want
+
+
+def test_a_conversations_earlier_turns_come_from_the_piece_cache_with_the_workers_keys(sides):
+    worker, router = sides
+    cache = router._encode
+    assert cache.cut == "<end_of_turn>"  # found from the chat template, and the probe agreed
+    cache.clear()
+    msgs = [{"role": "system", "content": text(3)}]
+    turns = [(text(2), "a reply"), (SPECIAL, " spaced\n\n"), (TRICKY[4], "ok"), ("end", "")]
+    for turn, (user, reply) in enumerate(turns):
+        msgs.append({"role": "user", "content": user})
+        body = {"model": "m", "messages": list(msgs)}
+        before = cache.misses
+        got = router.compute("openai", body, {"x-api-key": "sk-a"})
+        want = worker_keys(worker, openai_messages(ChatCompletionRequest.model_validate(body)), "team-a")
+        assert got is not None and got.keys == want
+        if turn:  # the earlier turns were cached: only the new user turn and the generation prompt
+            assert cache.misses - before <= 2 + SPECIAL.count("<end_of_turn>")
+        msgs.append({"role": "assistant", "content": reply})
+
+
+def test_the_piece_cache_keeps_at_most_its_capacity_in_tokens():
+    from ctxcache.router.pieces import PieceCache
+
+    calls = []
+
+    def encode(texts):
+        calls.append(texts)
+        return [[len(t)] * len(t) for t in texts]  # one id per character
+
+    c = PieceCache(encode, "|", capacity_tokens=9)
+    assert c("ab|cd|e") == [3] * 3 + [3] * 3 + [1] and calls == [["ab|", "cd|", "e"]]
+    assert c("ab|xy|") == [3] * 6 and calls[-1] == ["xy|"]  # "ab|" from the cache
+    assert c.tokens == 7 and list(c._lru) == ["e", "ab|", "xy|"]  # the least recently used went first
+    assert c("0123456789ab|") == [13] * 13 and c.tokens == 7  # longer than the whole cache: not kept

@@ -29,6 +29,7 @@ from ..server.deps import APIError
 from ..server.routes_anthropic import to_messages as anthropic_messages
 from ..server.routes_openai import to_messages as openai_messages
 from ..server.schemas import ChatCompletionRequest, MessagesRequest
+from .pieces import for_template
 
 
 @dataclass
@@ -42,7 +43,8 @@ class Keyed:
 class RequestKeys:
     def __init__(self, tokenizer: Any, template: str, cfg: ServerConfig, model_fingerprint: str) -> None:
         self.tokenizer, self.template, self.cfg = tokenizer, template, cfg
-        self._encode = text_encoder(tokenizer)
+        # a conversation's earlier turns from the previous request's pieces (pieces.py says when)
+        self._encode = for_template(tokenizer, template, text_encoder(tokenizer))
         cache_cfg = cfg.cache_dict(model_fingerprint)
         # Only the key derivation is needed: a token-sized RAM tier, never written.
         cache_cfg["tiers"] = [{"kind": "memory", "capacity": "1MiB"}]
