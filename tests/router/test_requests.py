@@ -117,7 +117,7 @@ TRICKY = [
 def test_the_routers_text_encoder_gives_the_tokenizer_calls_ids(sides, sample):
     worker, router = sides
     want = list(worker.tokenizer(sample, add_special_tokens=False).input_ids)
-    assert router._encode(sample) == want
+    assert list(router._encode(sample)) == want
 
 
 def test_the_router_tokenizes_through_the_backend_not_the_transformers_call(sides, monkeypatch):
@@ -158,10 +158,13 @@ def test_the_piece_cache_keeps_at_most_its_capacity_in_tokens():
 
     def encode(texts):
         calls.append(texts)
-        return [[len(t)] * len(t) for t in texts]  # one id per character
+        return [[ord(ch) for ch in t] for t in texts]  # one id per character: "|" is 124
 
-    c = PieceCache(encode, "|", capacity_tokens=9)
-    assert c("ab|cd|e") == [3] * 3 + [3] * 3 + [1] and calls == [["ab|", "cd|", "e"]]
-    assert c("ab|xy|") == [3] * 6 and calls[-1] == ["xy|"]  # "ab|" from the cache
-    assert c.tokens == 7 and list(c._lru) == ["e", "ab|", "xy|"]  # the least recently used went first
-    assert c("0123456789ab|") == [13] * 13 and c.tokens == 7  # longer than the whole cache: not kept
+    c = PieceCache(encode, "|", ord("|"), capacity_tokens=6)
+    assert c("ab|cd|e").tolist() == [97, 98, 124, 99, 100, 124, 101] and calls == [["ab|cd|e"]]  # one text
+    assert c.tokens == 4 and list(c._lru) == ["cd|", "e"]  # "ab|" went first: 7 tokens > 6
+    assert c("xy|cd|zw").tolist() == [120, 121, 124, 99, 100, 124, 122, 119] and calls[-1] == ["xy|", "zw"]
+    assert list(c._lru) == ["xy|", "zw"] and c.tokens == 5  # each run of misses one text; LRU out
+    assert c("0123456|").tolist() == [*range(48, 55), 124] and c.tokens == 5  # longer than the cache: not kept
+    wrong = PieceCache(encode, "|", 999)  # a cut id the encoder never gives: each piece on its own
+    assert wrong("ab|cd").tolist() == [97, 98, 124, 99, 100] and calls[-1] == ["ab|", "cd"]

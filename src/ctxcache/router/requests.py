@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from ..cache import ContextCache
 from ..errors import CtxCacheError
-from ..integrations.chat import chat_template_for, encode_chat, model_type, text_encoder
+from ..integrations.chat import chat_template_for, model_type, render_chat, text_encoder
 from ..server.config import DEFAULT_TENANT, ServerConfig
 from ..server.deps import APIError
 from ..server.routes_anthropic import to_messages as anthropic_messages
@@ -94,7 +94,7 @@ class RequestKeys:
                 areq = MessagesRequest.model_validate(body)
                 msgs, _ = anthropic_messages(areq)
                 salt, session = None, _user_id(areq.metadata)
-            ids = encode_chat(self.tokenizer, self.template, msgs, encode=self._encode)
+            ids = self._encode(render_chat(self.tokenizer, self.template, msgs))
             ns = self._cache.namespace(tenant, salt)
         except (ValidationError, APIError, CtxCacheError, ValueError, KeyError):
             return None
