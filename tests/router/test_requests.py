@@ -168,3 +168,16 @@ def test_the_piece_cache_keeps_at_most_its_capacity_in_tokens():
     assert c("0123456|").tolist() == [*range(48, 55), 124] and c.tokens == 5  # longer than the cache: not kept
     wrong = PieceCache(encode, "|", 999)  # a cut id the encoder never gives: each piece on its own
     assert wrong("ab|cd").tolist() == [97, 98, 124, 99, 100] and calls[-1] == ["ab|", "cd"]
+
+
+def test_the_piece_cache_can_be_turned_off_and_the_help_says_what_it_costs():
+    from typer.testing import CliRunner
+
+    from ctxcache.cli import app
+    from ctxcache.router.pieces import PieceCache
+
+    r = CliRunner().invoke(app, ["route", "--help"], env={"COLUMNS": "250"})
+    assert r.exit_code == 0 and "--piece-cache-tokens" in r.output and "0: off" in r.output
+    path = resolve_model(None, quiet=True)
+    assert isinstance(RequestKeys.from_model_dir(path, ServerConfig())._encode, PieceCache)
+    assert not isinstance(RequestKeys.from_model_dir(path, ServerConfig(), piece_cache_tokens=0)._encode, PieceCache)

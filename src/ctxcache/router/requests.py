@@ -29,7 +29,7 @@ from ..server.deps import APIError
 from ..server.routes_anthropic import to_messages as anthropic_messages
 from ..server.routes_openai import to_messages as openai_messages
 from ..server.schemas import ChatCompletionRequest, MessagesRequest
-from .pieces import for_template
+from .pieces import Encoder, for_template
 
 
 @dataclass
@@ -41,10 +41,13 @@ class Keyed:
 
 
 class RequestKeys:
-    def __init__(self, tokenizer: Any, template: str, cfg: ServerConfig, model_fingerprint: str) -> None:
+    def __init__(self, tokenizer: Any, template: str, cfg: ServerConfig, model_fingerprint: str,
+                 piece_cache_tokens: int = 4 << 20) -> None:  # fmt: skip
         self.tokenizer, self.template, self.cfg = tokenizer, template, cfg
         # a conversation's earlier turns from the previous request's pieces (pieces.py says when)
-        self._encode = for_template(tokenizer, template, text_encoder(tokenizer))
+        self._encode: Encoder = text_encoder(tokenizer)
+        if piece_cache_tokens > 0:
+            self._encode = for_template(tokenizer, template, self._encode, piece_cache_tokens)
         cache_cfg = cfg.cache_dict(model_fingerprint)
         # Only the key derivation is needed: a token-sized RAM tier, never written.
         cache_cfg["tiers"] = [{"kind": "memory", "capacity": "1MiB"}]
@@ -52,12 +55,12 @@ class RequestKeys:
         self.block_size = self._cache.block_size
 
     @classmethod
-    def from_model_dir(cls, path: Path, cfg: ServerConfig) -> RequestKeys:
+    def from_model_dir(cls, path: Path, cfg: ServerConfig, piece_cache_tokens: int = 4 << 20) -> RequestKeys:
         from ..integrations.model_store import fingerprint
         from ..integrations.tokenizer_cache import load_tokenizer
 
         tok = load_tokenizer(path)
-        return cls(tok, chat_template_for(tok, model_type(path)), cfg, fingerprint(path))
+        return cls(tok, chat_template_for(tok, model_type(path)), cfg, fingerprint(path), piece_cache_tokens)
 
     def tenant(self, headers: Mapping[str, str]) -> str | None:
         """The tenant of the request's API key, as the worker decides it; None when the worker
