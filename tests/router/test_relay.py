@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse
 
 from ctxcache.router.pool import Pool
 from ctxcache.router.proxy import Proxy, Router
+from ctxcache.router.relay import DisconnectWatch
 from ctxcache.router.score import ScoreConfig, Scorer
 from ctxcache.router.upstream import Upstream
 from ctxcache.server.deps import error_body
@@ -121,5 +122,20 @@ def test_a_client_that_disconnects_mid_stream_closes_the_workers_stream():
             assert router.metrics.in_flight.labels(url)._value.get() == 0
             assert len(c.sent) == sent and all(m.get("more_body") for m in c.sent[1:])  # cut: no end sent
             await proxy.client.aclose()
+
+    run(go())
+
+
+def test_a_disconnect_seen_just_before_the_watch_closes_cancels_nothing():
+    async def gone() -> dict:
+        return {"type": "http.disconnect"}
+
+    async def go() -> None:
+        watch = DisconnectWatch(gone)
+        await asyncio.sleep(0)  # the watcher finishes here: its callback is scheduled, not yet run
+        watch.close()  # as _stream does before its last send
+        await asyncio.sleep(0)  # the scheduled callback runs now
+        await asyncio.sleep(0)
+        assert not watch.gone
 
     run(go())

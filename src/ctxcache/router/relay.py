@@ -83,17 +83,19 @@ class DisconnectWatch:
     before the last send: once the response is complete ``receive`` answers a disconnect too."""
 
     def __init__(self, receive: Receive) -> None:
-        self.gone = False
+        self.gone = self._closed = False
         self._task = asyncio.current_task()
         self._watch = asyncio.ensure_future(_until_disconnect(receive))
         self._watch.add_done_callback(self._done)
 
     def _done(self, t: asyncio.Future[None]) -> None:
-        if not t.cancelled() and t.exception() is None and self._task is not None:
+        # _closed: the callback may already be scheduled when close() runs
+        if not self._closed and not t.cancelled() and t.exception() is None and self._task is not None:
             self.gone = True
             self._task.cancel()
 
     def close(self) -> None:
+        self._closed = True
         self._watch.remove_done_callback(self._done)
         self._watch.cancel()
 
