@@ -2,13 +2,16 @@
 in the same run, for ~4k-token prompts (issue 27's goal: p99 added <= 2 ms).
 
     python benchmarks/fleet/bench_router_overhead.py [--requests 300] [--tokens 4096] [--old /work/main/src]
+        [--also NAME=SRC ...] [--args NAME=ARGS ...]
 
 The worker is a stub that answers at once (benchmarks/fleet/stub_worker.py), so what is left is the
 router's own work: parse, tokenize with the real Gemma tokenizer and chat template, hash the block
 keys, look them up, score, proxy. Direct and routed requests alternate, one at a time, each on a
 fresh prompt (no tokenizer or key reuse). ``--old SRC`` adds a second router run from another
 source tree (main's, before a change) as its own arm, in the same loop: each round sends one
-prompt to the worker and to every router, the arm that goes first rotating. Besides latencies,
+prompt to the worker and to every router, the arm that goes first rotating; ``--also NAME=SRC``
+adds more such arms, and ``--args NAME="--flag value"`` gives an arm's router more arguments
+(``--also nocache=src --args "nocache=--piece-cache-tokens 0"``: this tree with an option off). Besides latencies,
 each router's process CPU time per request (/proc). Prints one JSON line; writes
 benchmarks/results/router_overhead.json and a plot of the added latency per arm (.png beside it).
 """
@@ -104,7 +107,7 @@ def plot(arms: dict[str, list[float]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def start_router(src: Path, worker: str, port: int) -> subprocess.Popen[bytes]:
+def start_router(src: Path, worker: str, port: int, extra: list[str] | None = None) -> subprocess.Popen[bytes]:
     cmd = [
         sys.executable,
         "-c",
@@ -114,6 +117,7 @@ def start_router(src: Path, worker: str, port: int) -> subprocess.Popen[bytes]:
         worker,
         "--port",
         str(port),
+        *(extra or []),
     ]
     return subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(src)}, stderr=subprocess.DEVNULL)
 
@@ -124,6 +128,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=4096, help="prompt tokens (about)")
     ap.add_argument("--old", type=Path, default=None,
                     help="a baseline arm: a second router run from this src directory (e.g. /work/main/src)")  # fmt: skip
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=SRC", help="more arms, each a src directory")
+    ap.add_argument("--args", action="append", default=[], metavar="NAME=ARGS", help="more arguments for an arm")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "router_overhead.json")
     args = ap.parse_args()
     wport = free_port()
@@ -131,8 +137,10 @@ def main() -> None:
                             env={**os.environ, "PYTHONPATH": str(ROOT / "src")})  # fmt: skip
     worker = f"http://127.0.0.1:{wport}"
     srcs = {"new": ROOT / "src"} | ({"old": args.old} if args.old else {})
+    srcs |= {name: Path(src) for name, _, src in (a.partition("=") for a in args.also)}
     ports = {name: free_port() for name in srcs}
-    routers = {name: start_router(src, worker, ports[name]) for name, src in srcs.items()}
+    extra = {name: more.split() for name, _, more in (a.partition("=") for a in args.args)}
+    routers = {name: start_router(src, worker, ports[name], extra.get(name)) for name, src in srcs.items()}
     urls = {name: f"http://127.0.0.1:{p}" for name, p in ports.items()}
     load0 = os.getloadavg()[0]
     try:
@@ -163,7 +171,8 @@ def main() -> None:
         for name in srcs:
             added = [r - d for r, d in zip(routed[name], direct)]
             arms[name] = {
-                **({"src": str(srcs[name])} if name == "old" else {}),
+                **({"src": str(srcs[name])} if name != "new" else {}),
+                **({"args": extra[name]} if name in extra else {}),
                 "routed_ms": {"p50": pct(routed[name], 50), "p99": pct(routed[name], 99)},
                 "added_ms": {"p50": pct(added, 50), "p90": pct(added, 90), "p99": pct(added, 99)},
                 "router_cpu_ms_per_request": round(cpu[name] / args.requests * 1e3, 3),

@@ -117,7 +117,7 @@ TRICKY = [
 def test_the_routers_text_encoder_gives_the_tokenizer_calls_ids(sides, sample):
     worker, router = sides
     want = list(worker.tokenizer(sample, add_special_tokens=False).input_ids)
-    assert router._encode(sample) == want
+    assert list(router._encode(sample)) == want
 
 
 def test_the_router_tokenizes_through_the_backend_not_the_transformers_call(sides, monkeypatch):
@@ -130,3 +130,54 @@ def test_the_router_tokenizes_through_the_backend_not_the_transformers_call(side
 
     monkeypatch.setattr(type(router.tokenizer), "__call__", refuse)
     assert router.compute("openai", body, {"x-api-key": "sk-a"}) == want
+
+
+def test_a_conversations_earlier_turns_come_from_the_piece_cache_with_the_workers_keys(sides):
+    worker, router = sides
+    cache = router._encode
+    assert cache.cut == "<end_of_turn>"  # found from the chat template, and the probe agreed
+    cache.clear()
+    msgs = [{"role": "system", "content": text(3)}]
+    turns = [(text(2), "a reply"), (SPECIAL, " spaced\n\n"), (TRICKY[4], "ok"), ("end", "")]
+    for turn, (user, reply) in enumerate(turns):
+        msgs.append({"role": "user", "content": user})
+        body = {"model": "m", "messages": list(msgs)}
+        before = cache.misses
+        got = router.compute("openai", body, {"x-api-key": "sk-a"})
+        want = worker_keys(worker, openai_messages(ChatCompletionRequest.model_validate(body)), "team-a")
+        assert got is not None and got.keys == want
+        if turn:  # the earlier turns were cached: only the new user turn and the generation prompt
+            assert cache.misses - before <= 2 + SPECIAL.count("<end_of_turn>")
+        msgs.append({"role": "assistant", "content": reply})
+
+
+def test_the_piece_cache_keeps_at_most_its_capacity_in_tokens():
+    from ctxcache.router.pieces import PieceCache
+
+    calls = []
+
+    def encode(texts):
+        calls.append(texts)
+        return [[ord(ch) for ch in t] for t in texts]  # one id per character: "|" is 124
+
+    c = PieceCache(encode, "|", ord("|"), capacity_tokens=6)
+    assert c("ab|cd|e").tolist() == [97, 98, 124, 99, 100, 124, 101] and calls == [["ab|cd|e"]]  # one text
+    assert c.tokens == 4 and list(c._lru) == ["cd|", "e"]  # "ab|" went first: 7 tokens > 6
+    assert c("xy|cd|zw").tolist() == [120, 121, 124, 99, 100, 124, 122, 119] and calls[-1] == ["xy|", "zw"]
+    assert list(c._lru) == ["xy|", "zw"] and c.tokens == 5  # each run of misses one text; LRU out
+    assert c("0123456|").tolist() == [*range(48, 55), 124] and c.tokens == 5  # longer than the cache: not kept
+    wrong = PieceCache(encode, "|", 999)  # a cut id the encoder never gives: each piece on its own
+    assert wrong("ab|cd").tolist() == [97, 98, 124, 99, 100] and calls[-1] == ["ab|", "cd"]
+
+
+def test_the_piece_cache_can_be_turned_off_and_the_help_says_what_it_costs():
+    from typer.testing import CliRunner
+
+    from ctxcache.cli import app
+    from ctxcache.router.pieces import PieceCache
+
+    r = CliRunner().invoke(app, ["route", "--help"], env={"COLUMNS": "250"})
+    assert r.exit_code == 0 and "--piece-cache-tokens" in r.output and "0: off" in r.output
+    path = resolve_model(None, quiet=True)
+    assert isinstance(RequestKeys.from_model_dir(path, ServerConfig())._encode, PieceCache)
+    assert not isinstance(RequestKeys.from_model_dir(path, ServerConfig(), piece_cache_tokens=0)._encode, PieceCache)

@@ -64,6 +64,16 @@ def encode_chat(
 ) -> list[int]:
     """Token ids of a conversation rendered with the chat template (BOS included once);
     ``encode`` (text -> ids, e.g. ``text_encoder(tokenizer)``) replaces the tokenizer call."""
+    text = render_chat(tokenizer, template, messages, add_generation_prompt=add_generation_prompt)
+    if encode is not None:
+        return encode(text)
+    return list(tokenizer(text, add_special_tokens=False).input_ids)
+
+
+def render_chat(
+    tokenizer: Any, template: str, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True
+) -> str:
+    """A conversation as the chat template renders it (the text ``encode_chat`` tokenizes)."""
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
         raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
     msgs = []
@@ -71,9 +81,7 @@ def encode_chat(
         if not isinstance(m, Mapping) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
             raise ValueError(f"messages[{i}] must be {{'role': one of {ROLES}, 'content': str}}, got {m!r}")
         msgs.append({"role": m["role"], "content": m["content"]})
-    text = tokenizer.apply_chat_template(
+    text: str = tokenizer.apply_chat_template(
         msgs, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt
     )
-    if encode is not None:
-        return encode(text)
-    return list(tokenizer(text, add_special_tokens=False).input_ids)
+    return text

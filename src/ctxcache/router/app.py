@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
@@ -12,7 +13,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .dashboard import add_dashboard
 from .proxy import Proxy, Router
+from .relay import Receive, Scope, Send
 from .upstream import Upstream
+
+_CHAT = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}
 
 
 def _lifespan(router: Router, state: dict[str, Proxy]) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
@@ -37,17 +41,38 @@ def _lifespan(router: Router, state: dict[str, Proxy]) -> Callable[[FastAPI], Ab
     return lifespan
 
 
+class RouterApp(FastAPI):
+    """FastAPI, except that a POST to one of the two chat endpoints goes straight to the proxy's
+    plain-ASGI path: FastAPI's routing, request and response objects and middleware cost more
+    CPU than the proxying itself (docs/routing.md, "Router overhead"). Everything else (and
+    another method on those paths: the pass-through) is FastAPI's."""
+
+    def __init__(self, state: dict[str, Proxy], **kw: Any) -> None:
+        super().__init__(**kw)
+        self._proxy_state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
+        if scope["type"] == "http" and scope["method"] == "POST":
+            api = _CHAT.get(scope["path"])
+            if api is not None:
+                return await self._proxy_state["proxy"].serve(scope, receive, send, api)
+        await super().__call__(scope, receive, send)  # type: ignore[arg-type]
+
+
+class _Passthrough(Response):
+    """A response that is the proxy itself: the request, its body unread, sent on as it came."""
+
+    def __init__(self, proxy: Proxy) -> None:
+        self.proxy = proxy
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
+        await self.proxy.serve(scope, receive, send, "other")
+
+
 def create_router_app(router: Router) -> FastAPI:
     state: dict[str, Proxy] = {}
-    app = FastAPI(title="ctxcache router", lifespan=_lifespan(router, state), docs_url=None, redoc_url=None)
-
-    @app.post("/v1/chat/completions", include_in_schema=False)
-    async def chat(request: Request) -> Response:
-        return await state["proxy"].handle(request, "openai")
-
-    @app.post("/v1/messages", include_in_schema=False)
-    async def messages(request: Request) -> Response:
-        return await state["proxy"].handle(request, "anthropic")
+    app = RouterApp(state, title="ctxcache router", lifespan=_lifespan(router, state), docs_url=None, redoc_url=None)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> JSONResponse:
@@ -80,6 +105,6 @@ def create_router_app(router: Router) -> FastAPI:
 
     @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"], include_in_schema=False)
     async def passthrough(request: Request, path: str) -> Response:
-        return await state["proxy"].handle(request, "other")
+        return _Passthrough(state["proxy"])
 
     return app

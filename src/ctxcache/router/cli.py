@@ -27,6 +27,7 @@ def build_router(
     *,
     history_ttl_s: float = 600.0,
     upstream_timeout_s: float = 600.0,
+    piece_cache_tokens: int = 4 << 20,
 ) -> Router:
     from ..integrations.model_store import resolve_model
     from ..server.config import load_server_config
@@ -47,7 +48,7 @@ def build_router(
         events = RouterEvents.connect(redis, index, list(pool.workers), cfg.events)
         wmap = events.feed.map
         pool.on_ready = lambda w: wmap.report(w.url, w.events_worker)
-    keys = RequestKeys.from_model_dir(resolve_model(model), cfg)
+    keys = RequestKeys.from_model_dir(resolve_model(model), cfg, piece_cache_tokens)
     # The history (approximate arm) stays on with --redis: it judges the workers no events cover.
     router = Router(pool, keys, Scorer(ScoreConfig(block_size=keys.block_size)), index,
                     history=Speculative(ttl_s=history_ttl_s, capacity=2_000_000), events=events,
@@ -72,6 +73,7 @@ def route(
     redis: str | None = None,
     drain_s: float = 30.0,
     log_level: str = "warning",
+    piece_cache_tokens: int = 4 << 20,
 ) -> int:
     import uvicorn
 
@@ -83,7 +85,7 @@ def route(
         return 2
     try:
         with err.status("loading the tokenizer ..."):
-            router = build_router(workers, model, config, block_size, redis)
+            router = build_router(workers, model, config, block_size, redis, piece_cache_tokens=piece_cache_tokens)
     except (CtxCacheError, OSError, ValueError) as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2

@@ -20,14 +20,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-
-from ..server.deps import error_body
 from .feed import RouterEvents
 from .index import BlockIndex
 from .metrics import RouterMetrics
 from .pool import Pool, Upstream
+from .relay import DisconnectWatch, Headers, Receive, Scope, Seen, Send, error_event, read_body, reply, reply_error
+from .relay import reported_cached as reported_cached
 from .requests import Keyed, RequestKeys
 from .score import Decision, Scorer, Speculative, prefixes
 from .upstream import ConnectFailed, UpstreamError
@@ -68,11 +66,12 @@ class Router:
                 self.history.add(keyed.keys, w.url)
 
 
-def _forward_headers(request: Request) -> dict[str, str]:
-    return {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+def forward_headers(raw: Headers) -> dict[str, str]:
+    """The client's headers to send on (names lower-case, as the ASGI server gives them)."""
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in raw if k.decode("latin-1") not in _HOP}
 
 
-def _response_headers(resp: UpResponse, w: Upstream, d: Decision | None = None) -> dict[str, str]:
+def _response_headers(resp: UpResponse, w: Upstream, d: Decision | None = None) -> Headers:
     # the body passes through as the worker encoded it, so its content-encoding goes with it
     out: dict[str, str] = {}
     for k, v in resp.header_list:
@@ -82,30 +81,14 @@ def _response_headers(resp: UpResponse, w: Upstream, d: Decision | None = None) 
     if d is not None:  # what the router expected that worker to have cached, and why it went there
         out["x-ctxcache-predicted-cached-tokens"] = str(d.predicted_cached_tokens)
         out["x-ctxcache-route-reason"] = d.reason
-    return out
-
-
-def _error(path: str, status: int, message: str) -> JSONResponse:
-    return JSONResponse(error_body(path, status, message), status_code=status)
-
-
-def reported_cached(payload: Any) -> int | None:
-    """Cached prompt tokens in a response body or stream event (either API), if it carries usage."""
-    if not isinstance(payload, dict):
-        return None
-    for holder in (payload, payload.get("message") or {}):
-        u = holder.get("usage") if isinstance(holder, dict) else None
-        if isinstance(u, dict):
-            if "cache_read_input_tokens" in u:
-                return int(u["cache_read_input_tokens"])
-            details = u.get("prompt_tokens_details")
-            if isinstance(details, dict) and "cached_tokens" in details:
-                return int(details["cached_tokens"])
-    return None
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in out.items()]
 
 
 class Proxy:
-    """The request path: pick, send, retry once before the first byte, stream through."""
+    """The request path: pick, send, retry once before the first byte, stream through.
+
+    ``serve`` is an ASGI app for one API: app.py calls it for the chat endpoints before FastAPI
+    sees them, and from FastAPI's pass-through route for everything else."""
 
     def __init__(self, router: Router, client: UpClient, tokenizer_threads: int = 2) -> None:
         self.router, self.client = router, client
@@ -122,13 +105,17 @@ class Proxy:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._tok, keys.compute, api, body, headers), body
 
-    async def handle(self, request: Request, api: str) -> Response:
+    async def serve(self, scope: Scope, receive: Receive, send: Send, api: str) -> None:
         t0 = time.perf_counter()
-        raw = await request.body()
-        headers = _forward_headers(request)
+        raw = await read_body(receive)
+        if raw is None:
+            return  # the client went away before its body was in: no one to answer
+        headers = forward_headers(scope["headers"])
         keyed, body = await self.keyed(api, raw, headers) if api != "other" else (None, None)
         stream = isinstance(body, dict) and body.get("stream") is True
-        path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        qs = scope.get("query_string", b"")
+        path = scope["path"] + (f"?{qs.decode('latin-1')}" if qs else "")
+        call = _Call(scope["method"], path, raw, headers, api, stream, keyed, receive, send)
         tried: set[str] = set()
         m = self.router.metrics
         for attempt in range(2):
@@ -140,16 +127,14 @@ class Proxy:
             if attempt == 0:
                 m.overhead.observe(time.perf_counter() - t0)
             m.decisions.labels(d.reason).inc()
-            out = await self.send(w, d, keyed, request.method, path, raw, headers, stream, api)
-            if out is not None:
-                return out
+            if await self.send(w, d, call):
+                return
             m.retries.labels(api).inc()
-        return _error(request.url.path, 503, "no worker could take the request; retry later")
+        await reply_error(send, scope["path"], 503, "no worker could take the request; retry later")
 
-    async def send(self, w: Upstream, d: Decision, keyed: Keyed | None, method: str, path: str, raw: bytes,
-                   headers: dict[str, str], stream: bool, api: str) -> Response | None:  # fmt: skip
-        """The response, or None when the request may go to another worker (nothing was sent)."""
-        tokens = keyed.tokens if keyed is not None else 0
+    async def send(self, w: Upstream, d: Decision, c: _Call) -> bool:
+        """True once answered; False when the request may go to another worker (nothing was sent)."""
+        tokens = c.keyed.tokens if c.keyed is not None else 0
         pending = max(0, tokens - d.predicted_cached_tokens)
         w.load.prefill_tokens += pending
         w.requests += 1
@@ -159,57 +144,60 @@ class Proxy:
         try:
             try:
                 resp = await self.client.request(
-                    method, w.url + path, raw, headers.items(), self.router.upstream_timeout_s
+                    c.method, w.url + c.path, c.raw, c.headers.items(), self.router.upstream_timeout_s
                 )
             except UpstreamError as exc:
                 self.router.pool.failed(w, f"{type(exc).__name__}: {exc}", connect=isinstance(exc, ConnectFailed))
-                m.requests.labels(w.url, api, "retried").inc()
-                return None
+                m.requests.labels(w.url, c.api, "retried").inc()
+                return False
             if resp.status_code in _RETRY_STATUS:
                 await resp.aclose()
                 if resp.status_code != 429:
                     self.router.pool.failed(w, f"answered {resp.status_code}")
                 if len(self.router.pool.healthy()) > 1:
-                    m.requests.labels(w.url, api, "retried").inc()
-                    return None
-                return await self._plain(w, method, path, raw, headers, api, d, keyed)
-            self.router.sent(keyed, w)
+                    m.requests.labels(w.url, c.api, "retried").inc()
+                    return False
+                await self._plain(w, d, c)
+                return True
+            self.router.sent(c.keyed, w)
             ctype = resp.headers.get("content-type", "")
-            if stream and resp.status_code == 200 and ctype.startswith("text/event-stream"):
+            if c.stream and resp.status_code == 200 and ctype.startswith("text/event-stream"):
                 try:
                     first = await self._first(resp)
                 except UpstreamError as exc:
                     await resp.aclose()
                     self.router.pool.failed(w, f"stream: {type(exc).__name__}")
-                    return None
+                    return False
                 started = True
-                return StreamingResponse(self._relay(w, resp, first, api, d, keyed, pending),
-                                         status_code=200, headers=_response_headers(resp, w, d))  # fmt: skip
+                await self._stream(w, resp, first, d, c, pending)
+                return True
             try:
                 content = await resp.aread()
             except UpstreamError as exc:
                 self.router.pool.failed(w, f"body: {type(exc).__name__}")
-                return None
+                return False
             finally:
                 await resp.aclose()
-            self._account(w, api, d, keyed, content, resp.status_code)
-            return Response(content, status_code=resp.status_code, headers=_response_headers(resp, w, d))
+            self._account(w, c.api, d, c.keyed, content, resp.status_code)
+            await reply(c.send, resp.status_code, _response_headers(resp, w, d), content)
+            return True
         finally:
             if not started:
                 w.load.prefill_tokens -= pending
                 m.in_flight.labels(w.url).dec()
 
-    async def _plain(self, w: Upstream, method: str, path: str, raw: bytes, headers: dict[str, str], api: str,
-                     d: Decision, keyed: Keyed | None) -> Response:  # fmt: skip
+    async def _plain(self, w: Upstream, d: Decision, c: _Call) -> None:
         """The last worker's answer, whatever its status (no one left to retry on)."""
         try:
-            resp = await self.client.request(method, w.url + path, raw, headers.items(), self.router.upstream_timeout_s)
+            resp = await self.client.request(c.method, w.url + c.path, c.raw, c.headers.items(),
+                                             self.router.upstream_timeout_s)  # fmt: skip
             content = await resp.aread()
         except UpstreamError as exc:
             self.router.pool.failed(w, f"{type(exc).__name__}: {exc}", connect=isinstance(exc, ConnectFailed))
-            return _error(path.split("?", 1)[0], 502, "the last worker failed before answering; retry later")
-        self._account(w, api, d, keyed, content, resp.status_code)
-        return Response(content, status_code=resp.status_code, headers=_response_headers(resp, w, d))
+            path = c.path.split("?", 1)[0]
+            return await reply_error(c.send, path, 502, "the last worker failed before answering; retry later")
+        self._account(w, c.api, d, c.keyed, content, resp.status_code)
+        await reply(c.send, resp.status_code, _response_headers(resp, w, d), content)
 
     async def _first(self, resp: UpResponse) -> tuple[AsyncIterator[bytes], bytes]:
         it = resp.aiter_raw()
@@ -219,15 +207,31 @@ class Proxy:
             first = b""
         return it, first
 
-    async def _relay(self, w: Upstream, resp: UpResponse, first: tuple[AsyncIterator[bytes], bytes], api: str,
-                     d: Decision, keyed: Keyed | None, pending: int) -> AsyncIterator[bytes]:  # fmt: skip
+    async def _stream(self, w: Upstream, resp: UpResponse, first: tuple[AsyncIterator[bytes], bytes],
+                      d: Decision, c: _Call, pending: int) -> None:  # fmt: skip
+        """The worker's stream to the client; cut short when the client disconnects."""
+        watch = DisconnectWatch(c.receive)
+        try:
+            await self._relay(w, resp, first, d, c, pending)
+            watch.close()
+            await c.send({"type": "http.response.body", "body": b""})
+        except asyncio.CancelledError:
+            if not watch.swallow():
+                raise
+        finally:
+            watch.close()
+
+    async def _relay(self, w: Upstream, resp: UpResponse, first: tuple[AsyncIterator[bytes], bytes],
+                     d: Decision, c: _Call, pending: int) -> None:  # fmt: skip
         """The worker's stream, one whole SSE event at a time (a partial event is never followed
         by the error event that ends a broken stream)."""
         it, chunk = first
+        api, send = c.api, c.send
         m, path = self.router.metrics, "/v1/messages" if api == "anthropic" else "/v1/chat/completions"
-        buf, seen = b"", _Seen()
+        buf, seen = b"", Seen()
         w.load.streaming += 1
         try:
+            await send({"type": "http.response.start", "status": 200, "headers": _response_headers(resp, w, d)})
             while True:
                 if not buf and chunk.endswith(b"\n\n"):  # whole events, as a worker writes them: no copy
                     out, cut = chunk, 0
@@ -240,20 +244,21 @@ class Proxy:
                     if seen.update(out) and pending:  # the first text: its prefill is done
                         w.load.prefill_tokens -= pending
                         pending = 0
-                    yield out
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
                 try:
                     chunk = await anext(it)
                 except StopAsyncIteration:
                     break
             if buf:
-                yield buf
+                await send({"type": "http.response.body", "body": buf, "more_body": True})
             self.router.pool.succeeded(w)
-            self._count(w, api, d, keyed, seen.cached, "ok")
+            self._count(w, api, d, c.keyed, seen.cached, "ok")
         except UpstreamError as exc:
             self.router.pool.failed(w, f"stream broke: {type(exc).__name__}")
             m.stream_errors.labels(w.url).inc()
-            self._count(w, api, d, keyed, None, "stream_error")
-            yield _error_event(api, path, "the worker failed while streaming this response; retry the request")
+            self._count(w, api, d, c.keyed, None, "stream_error")
+            msg = "the worker failed while streaming this response; retry the request"
+            await send({"type": "http.response.body", "body": error_event(api, path, msg), "more_body": True})
         finally:
             w.load.prefill_tokens -= pending
             w.load.streaming -= 1
@@ -278,32 +283,16 @@ class Proxy:
             m.reported.labels(w.url).inc(cached)
 
 
-class _Seen:
-    """What a relayed stream has shown: whether text has started, the cached tokens it reported."""
+@dataclass(slots=True)
+class _Call:
+    """One client request as the proxy sends it on, and the ASGI channel to answer it on."""
 
-    def __init__(self) -> None:
-        self.text = False
-        self.cached: int | None = None
-
-    def update(self, events: bytes) -> bool:
-        """True the first time text appears (the worker's prefill is over)."""
-        first = False
-        if not self.text and (b"content_block_delta" in events or b'"delta": {"content"' in events):
-            self.text = first = True
-        if b'"usage"' in events:
-            for line in events.split(b"\n"):
-                if line.startswith(b"data: {") and b'"usage"' in line:
-                    try:
-                        n = reported_cached(json.loads(line[6:]))
-                    except ValueError:
-                        continue
-                    if n is not None:
-                        self.cached = max(n, self.cached or 0)
-        return first
-
-
-def _error_event(api: str, path: str, message: str) -> bytes:
-    body = json.dumps(error_body(path, 502, message))
-    if api == "anthropic":
-        return f"event: error\ndata: {body}\n\n".encode()
-    return f"data: {body}\n\ndata: [DONE]\n\n".encode()
+    method: str
+    path: str  # with its query
+    raw: bytes
+    headers: dict[str, str]
+    api: str
+    stream: bool
+    keyed: Keyed | None
+    receive: Receive
+    send: Send

@@ -23,12 +23,13 @@ from pydantic import ValidationError
 
 from ..cache import ContextCache
 from ..errors import CtxCacheError
-from ..integrations.chat import chat_template_for, encode_chat, model_type, text_encoder
+from ..integrations.chat import chat_template_for, model_type, render_chat, text_encoder
 from ..server.config import DEFAULT_TENANT, ServerConfig
 from ..server.deps import APIError
 from ..server.routes_anthropic import to_messages as anthropic_messages
 from ..server.routes_openai import to_messages as openai_messages
 from ..server.schemas import ChatCompletionRequest, MessagesRequest
+from .pieces import Encoder, for_template
 
 
 @dataclass
@@ -40,9 +41,13 @@ class Keyed:
 
 
 class RequestKeys:
-    def __init__(self, tokenizer: Any, template: str, cfg: ServerConfig, model_fingerprint: str) -> None:
+    def __init__(self, tokenizer: Any, template: str, cfg: ServerConfig, model_fingerprint: str,
+                 piece_cache_tokens: int = 4 << 20) -> None:  # fmt: skip
         self.tokenizer, self.template, self.cfg = tokenizer, template, cfg
-        self._encode = text_encoder(tokenizer)
+        # a conversation's earlier turns from the previous request's pieces (pieces.py says when)
+        self._encode: Encoder = text_encoder(tokenizer)
+        if piece_cache_tokens > 0:
+            self._encode = for_template(tokenizer, template, self._encode, piece_cache_tokens)
         cache_cfg = cfg.cache_dict(model_fingerprint)
         # Only the key derivation is needed: a token-sized RAM tier, never written.
         cache_cfg["tiers"] = [{"kind": "memory", "capacity": "1MiB"}]
@@ -50,12 +55,12 @@ class RequestKeys:
         self.block_size = self._cache.block_size
 
     @classmethod
-    def from_model_dir(cls, path: Path, cfg: ServerConfig) -> RequestKeys:
+    def from_model_dir(cls, path: Path, cfg: ServerConfig, piece_cache_tokens: int = 4 << 20) -> RequestKeys:
         from ..integrations.model_store import fingerprint
         from ..integrations.tokenizer_cache import load_tokenizer
 
         tok = load_tokenizer(path)
-        return cls(tok, chat_template_for(tok, model_type(path)), cfg, fingerprint(path))
+        return cls(tok, chat_template_for(tok, model_type(path)), cfg, fingerprint(path), piece_cache_tokens)
 
     def tenant(self, headers: Mapping[str, str]) -> str | None:
         """The tenant of the request's API key, as the worker decides it; None when the worker
@@ -92,7 +97,7 @@ class RequestKeys:
                 areq = MessagesRequest.model_validate(body)
                 msgs, _ = anthropic_messages(areq)
                 salt, session = None, _user_id(areq.metadata)
-            ids = encode_chat(self.tokenizer, self.template, msgs, encode=self._encode)
+            ids = self._encode(render_chat(self.tokenizer, self.template, msgs))
             ns = self._cache.namespace(tenant, salt)
         except (ValidationError, APIError, CtxCacheError, ValueError, KeyError):
             return None

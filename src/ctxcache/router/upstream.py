@@ -181,9 +181,7 @@ class Upstream:
                         read_timeout_s: float) -> Response:  # fmt: skip
         r, w = conn.reader, conn.writer
         try:
-            w.write(head)
-            if body:
-                w.write(body)  # the bytes as received: no copy into the head
+            w.writelines((head, body))  # one writev under uvloop: no copy of the body, one syscall
             async with asyncio.timeout(read_timeout_s):
                 await w.drain()
                 while True:
