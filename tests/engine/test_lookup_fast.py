@@ -24,7 +24,7 @@ from ctxcache.engine.tenancy import load_tenancy
 from ctxcache.keys import Prompt
 from ctxcache.tiers import MemoryTier
 
-from .test_store_fast import BS, TENANCY, TENANTS, Clock, Recorder, call, payloads_of, snapshot, tokens_of
+from .test_store_fast import BS, TENANCY, TENANTS, Clock, Recorder, Twins, call, payloads_of, tokens_of
 
 STEPS = 200
 SEEDS = range(10)
@@ -51,7 +51,9 @@ def described(got: Any) -> Any:
     return ("ok", m.hit_tokens, m.n_blocks, m.usage, pays, m.namespace, m.keys, pinned, m.released, m._cache is None)
 
 
-class Pair:
+class Pair(Twins):
+    described = staticmethod(described)
+
     def __init__(self, seed: int, policy: str, capacity: int, tenancy: bool, watch: bool) -> None:
         self.seed, self.rng, self.clock = seed, random.Random(seed), Clock()
         self.capacity, self.tenancy = capacity, tenancy
@@ -61,16 +63,10 @@ class Pair:
         self.released: list[tuple[Any, Any]] = []
         self.recent: list[tuple[list[int], str]] = []
 
-    def both(self, what: str, fn: Any) -> tuple[Any, Any]:
-        a, b = fn(self.fast), fn(self.slow)
-        assert described(a) == described(b), f"seed {self.seed}: {what} returned differently"
-        return a, b
-
-    def check(self, step: int, what: str) -> None:
-        a, b = snapshot(self.fast), snapshot(self.slow)
+    def states(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        a, b = super().states()
         a["tenant_stats"], b["tenant_stats"] = self.fast.tenant_stats, self.slow.tenant_stats
-        for k in a:
-            assert a[k] == b[k], f"seed {self.seed} step {step} ({what}): {k} differs"
+        return a, b
 
     def step(self) -> str:
         rng = self.rng

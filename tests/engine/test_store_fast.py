@@ -194,7 +194,30 @@ def described(got: Any) -> Any:
     return got
 
 
-class Pair:
+class Twins:
+    """Two engines, the fast path on (``fast``) and off (``slow``): each operation on both, their
+    results (as ``described`` tells them apart) and their states equal after every step."""
+
+    seed: int
+    fast: Engine
+    slow: Engine
+    described = staticmethod(described)
+
+    def both(self, what: str, fn: Any) -> tuple[Any, Any]:
+        a, b = fn(self.fast), fn(self.slow)
+        assert self.described(a) == self.described(b), f"seed {self.seed}: {what} returned differently"
+        return a, b
+
+    def states(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        return snapshot(self.fast), snapshot(self.slow)
+
+    def check(self, step: int, what: str) -> None:
+        a, b = self.states()
+        for k in a:
+            assert a[k] == b[k], f"seed {self.seed} step {step} ({what}): {k} differs"
+
+
+class Pair(Twins):
     """One operation on both engines; the step's results and states must be equal."""
 
     def __init__(self, seed: int, policy: str, capacity: int, tenancy: bool, watch: bool, weak: bool = False) -> None:
@@ -205,16 +228,6 @@ class Pair:
         self.held: list[tuple[Any, Any, list[int], str]] = []
         self.recent: list[tuple[list[int], str]] = []
         self.tenancy = tenancy
-
-    def both(self, what: str, fn: Any) -> tuple[Any, Any]:
-        a, b = fn(self.fast), fn(self.slow)
-        assert described(a) == described(b), f"seed {self.seed}: {what} returned differently"
-        return a, b
-
-    def check(self, step: int, what: str) -> None:
-        a, b = snapshot(self.fast), snapshot(self.slow)
-        for k in a:
-            assert a[k] == b[k], f"seed {self.seed} step {step} ({what}): {k} differs"
 
     def step(self, i: int) -> str:
         rng = self.rng
