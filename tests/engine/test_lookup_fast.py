@@ -86,10 +86,7 @@ class Pair(Twins):
             self.both("release twice", lambda e: call(e.release, pair[e is self.slow]))
             return "release twice"
         if r < 0.86:
-            self.clock.now += rng.choice([0.5, 1.0, 2.5])
-            if rng.random() < 0.5:
-                self.both("sweep", lambda e: call(e.sweep))
-            return "tick"
+            return self.tick()
         if r < 0.88:
             self.both("erase", lambda e: call(lambda: e.erase_tenant(tenant)["erased_blocks"]))
             return f"erase {tenant}"
@@ -160,14 +157,7 @@ class Pair(Twins):
         keys = sorted(n.key for n in self.fast.index)
         if not keys:
             return
-        key = self.rng.choice(keys)
-        for e in (self.fast, self.slow):
-            with e.lock:
-                node = e.index.get(key)
-                if collide:
-                    node.tokens = bytes(len(node.tokens))
-                elif node.tier == 0:
-                    e.placement.lose(node, 0)
+        self.harm(self.rng.choice(keys), collide)
 
 
 @pytest.fixture

@@ -199,6 +199,8 @@ class Twins:
     results (as ``described`` tells them apart) and their states equal after every step."""
 
     seed: int
+    rng: random.Random
+    clock: Clock
     fast: Engine
     slow: Engine
     described = staticmethod(described)
@@ -215,6 +217,24 @@ class Twins:
         a, b = self.states()
         for k in a:
             assert a[k] == b[k], f"seed {self.seed} step {step} ({what}): {k} differs"
+
+    def tick(self) -> str:
+        """Time passes on the shared clock; half the time both sweep (TTLs)."""
+        self.clock.now += self.rng.choice([0.5, 1.0, 2.5])
+        if self.rng.random() < 0.5:
+            self.both("sweep", lambda e: call(e.sweep))
+        return "tick"
+
+    def harm(self, key: Any, collide: bool) -> None:
+        """The same damage to ``key`` in both: its load failed (lost), or its stored token bytes
+        differ from its chain's (what a hash collision looks like)."""
+        for e in (self.fast, self.slow):
+            with e.lock:
+                node = e.index.get(key)
+                if collide:
+                    node.tokens = bytes(len(node.tokens))
+                elif node.tier == 0:
+                    e.placement.lose(node, 0)
 
 
 class Pair(Twins):
@@ -243,10 +263,7 @@ class Pair(Twins):
             self.slow.release(b)
             return "release"
         if r < 0.8:
-            self.clock.now += rng.choice([0.5, 1.0, 2.5])
-            if rng.random() < 0.5:
-                self.both("sweep", lambda e: call(e.sweep))
-            return "tick"
+            return self.tick()
         if r < 0.83:
             return self._erase(tenant)
         if r < 0.9:
@@ -325,15 +342,8 @@ class Pair(Twins):
         bytes differ from its chain's (what a hash collision looks like to a store)."""
         inner = sorted(n.key for n in self.fast.index if n.children or n.pins)  # kept, lost: repaired
         key = self.rng.choice(inner) if inner and self.rng.random() < 0.7 else self._some_key()
-        if key is None:
-            return
-        for e in (self.fast, self.slow):
-            with e.lock:
-                node = e.index.get(key)
-                if collide:
-                    node.tokens = bytes(len(node.tokens))
-                elif node.tier == 0:
-                    e.placement.lose(node, 0)
+        if key is not None:
+            self.harm(key, collide)
 
 
 def run(pair: Pair) -> None:
